@@ -1,0 +1,34 @@
+"""Runs an spt-jax experiment: `python main.py --config=configs/listops_spt.py --workdir=runs/x`.
+
+Config variants after a colon (`configs/listops_spt.py:smoke`); any field can be overridden with
+`--config.<path>=<value>` (e.g. `--config.pretrain.num_steps=100`). Re-running the same command on the
+same workdir resumes where the run stopped.
+"""
+import logging as std_logging
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from spt_jax import experiment
+
+config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.json go.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _quiet_orbax(record: std_logging.LogRecord) -> bool:
+  # Orbax logs every save and restore step at INFO through absl; keep its warnings and errors only.
+  return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  std_logging.getLogger("absl").addFilter(_quiet_orbax)
+  logging.info("Config:\n%s", flags.FLAGS.config)
+  experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)
+
+
+if __name__ == "__main__":
+  app.run(main)

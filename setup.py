@@ -1,0 +1,27 @@
+"""spt-jax: self-pretraining (SPT) of sequence classifiers in JAX/Flax."""
+from setuptools import find_packages, setup
+
+setup(
+    name="spt_jax",
+    version="0.1.0",
+    description="Self-pretraining of Transformer sequence classifiers (LRA and beyond) in JAX/Flax.",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["spt_jax", "spt_jax.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.10",
+        "flax>=0.12",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12",
+        "tensorflow-datasets>=4.9",
+        "ml-collections>=1.1",
+        "absl-py>=2.1",
+        "numpy>=2.0",
+        "tqdm>=4.66",          # progress bars with rate and ETA
+        "tensorboardX>=2.6",   # TensorBoard event files without TensorFlow
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+    },
+)

@@ -1,0 +1,157 @@
+"""Pre-LayerNorm Transformer encoder and the two heads SPT needs (masked-token logits, classifier).
+
+Parameter layout (what freezing and partial loading patterns address):
+  encoder/token_embedding/embedding
+  encoder/position_embedding                      (only with position='learned')
+  encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
+  encoder/final_norm
+  mlm_head/{kernel,bias}        or        classifier/{kernel,bias}
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from spt_jax.data.vocab import CLS_ID, PAD_ID
+from spt_jax.models.attention import MultiHeadAttention
+
+POSITIONS = ("sinusoidal", "learned", "none")
+POOLINGS = ("mean", "max", "last", "cls")
+HEADS = ("mlm", "classifier")
+ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu}
+
+
+def sinusoidal_encoding(length: int, d_model: int) -> np.ndarray:
+  """Vaswani et al.'s fixed codes: sin on even channels, cos on odd ones."""
+  position = np.arange(length)[:, None]
+  div = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
+  pe = np.zeros((length, d_model), np.float32)
+  pe[:, 0::2] = np.sin(position * div)
+  pe[:, 1::2] = np.cos(position * div)[:, : d_model // 2]
+  return pe
+
+
+class MLP(nn.Module):
+  d_ff: int
+  activation: str = "gelu"
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(self.d_ff, dtype=self.dtype, name="dense_in")(x)
+    h = ACTIVATIONS[self.activation](h)
+    return nn.Dense(x.shape[-1], dtype=self.dtype, name="dense_out")(h)
+
+
+class EncoderBlock(nn.Module):
+  num_heads: int
+  d_ff: int
+  dropout_rate: float = 0.0
+  activation: str = "gelu"
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, mask, *, train: bool):
+    drop = nn.Dropout(self.dropout_rate, deterministic=not train)
+    h = nn.LayerNorm(name="norm_attention")(x)
+    h = MultiHeadAttention(self.num_heads, self.dropout_rate, self.dtype, name="attention")(
+        h, mask, train=train)
+    x = x + drop(h)
+    h = nn.LayerNorm(name="norm_mlp")(x)
+    h = MLP(self.d_ff, self.activation, self.dtype, name="mlp")(h)
+    return x + drop(h)
+
+
+class Encoder(nn.Module):
+  vocab_size: int
+  max_length: int
+  num_layers: int = 6
+  d_model: int = 512
+  num_heads: int = 8
+  d_ff: int = 2048
+  dropout_rate: float = 0.0
+  position: str = "sinusoidal"
+  activation: str = "gelu"
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens, mask, *, train: bool):
+    length = tokens.shape[1]
+    if length > self.max_length:
+      raise ValueError(f"Sequence length {length} exceeds the model's max_length {self.max_length}.")
+    # N(0, 1) like torch.nn.Embedding (the reference SPT code): token and sinusoidal codes then have
+    # comparable scale, which is the regime the position-cancellation analysis is about.
+    x = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(1.0),
+                 name="token_embedding")(tokens)
+    if self.position == "sinusoidal":
+      x = x + sinusoidal_encoding(self.max_length, self.d_model)[:length]
+    elif self.position == "learned":
+      table = self.param("position_embedding", nn.initializers.normal(0.02),
+                         (self.max_length, self.d_model))
+      x = x + table[:length]
+    elif self.position != "none":
+      raise ValueError(f"position={self.position!r} must be one of {POSITIONS}.")
+    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x.astype(self.dtype))
+    for i in range(self.num_layers):
+      x = EncoderBlock(self.num_heads, self.d_ff, self.dropout_rate, self.activation, self.dtype,
+                       name=f"layer_{i}")(x, mask, train=train)
+    return nn.LayerNorm(name="final_norm")(x).astype(jnp.float32)
+
+
+def pool(h, mask, pooling: str):
+  """[B, L, D] → [B, D] over real (non-pad) positions only."""
+  m = mask[..., None]
+  if pooling == "mean":
+    return (h * m).sum(1) / jnp.maximum(m.sum(1), 1)
+  if pooling == "max":
+    return jnp.where(m, h, -jnp.inf).max(1)
+  if pooling == "last":
+    last = jnp.maximum(mask.sum(1) - 1, 0)
+    return jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
+  if pooling == "cls":
+    return h[:, 0]
+  raise ValueError(f"pooling={pooling!r} must be one of {POOLINGS}.")
+
+
+class SequenceModel(nn.Module):
+  """Encoder + one head. `head='mlm'` gives per-token vocabulary logits, `'classifier'` pooled logits.
+
+  Padding (token id 0) is excluded from attention keys and from pooling, so appending padding never
+  changes the outputs at real positions.
+  """
+  vocab_size: int
+  max_length: int
+  head: str = "classifier"
+  num_classes: int = 2
+  pooling: str = "mean"
+  num_layers: int = 6
+  d_model: int = 512
+  num_heads: int = 8
+  d_ff: int = 2048
+  dropout_rate: float = 0.0
+  position: str = "sinusoidal"
+  activation: str = "gelu"
+  classifier_init_std: float | None = None  # None: Flax's default (LeCun normal)
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens, *, train: bool = False):
+    mask = tokens != PAD_ID
+    if self.pooling == "cls":
+      # The CLS token is part of the model, not the data, so the same batches serve every pooling.
+      cls = jnp.full((tokens.shape[0], 1), CLS_ID, tokens.dtype)
+      tokens = jnp.concatenate([cls, tokens], axis=1)
+      mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
+    h = Encoder(self.vocab_size, self.max_length + (self.pooling == "cls"), self.num_layers,
+                self.d_model, self.num_heads, self.d_ff, self.dropout_rate, self.position,
+                self.activation, self.dtype, name="encoder")(tokens, mask, train=train)
+    if self.head == "mlm":
+      logits = nn.Dense(self.vocab_size, name="mlm_head")(h)
+      return logits[:, 1:] if self.pooling == "cls" else logits
+    if self.head == "classifier":
+      init = (nn.initializers.lecun_normal() if self.classifier_init_std is None
+              else nn.initializers.normal(self.classifier_init_std))
+      return nn.Dense(self.num_classes, kernel_init=init, name="classifier")(
+          pool(h, mask, self.pooling))
+    raise ValueError(f"head={self.head!r} must be one of {HEADS}.")

@@ -1,0 +1,270 @@
+"""One training phase (self-pretraining or fine-tuning), from config to results.
+
+Read top to bottom: data → model and objective → parameters (fresh, handed off, or resumed) →
+compiled steps → loop (log, evaluate, checkpoint) → final test of the checkpoint chosen on validation.
+Every step is a pure jitted function of (state, batch); randomness is `fold_in(phase_rng, step)` and the
+data order a function of (seed, step), so a resumed run is bit-identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+import zlib
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+from absl import logging
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from spt_jax import checkpoints, init_from, objectives, optim, tree
+from spt_jax.data import pipeline
+from spt_jax.data.tasks import TaskData
+from spt_jax.metric_writers import MetricWriter, write_json
+from spt_jax.models.transformer import SequenceModel
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+def build_model(model_cfg, task: TaskData, head: str) -> SequenceModel:
+  std = model_cfg.classifier_init_std
+  return SequenceModel(
+      vocab_size=task.vocab.size, max_length=task.max_length, head=head,
+      num_classes=task.num_classes, pooling=model_cfg.pooling, num_layers=model_cfg.num_layers,
+      d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
+      dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
+      activation=model_cfg.activation, classifier_init_std=None if std < 0 else std,
+      dtype=jnp.dtype(model_cfg.dtype))
+
+
+def phase_rng(seed: int, phase: str) -> jax.Array:
+  # Keyed by the phase's name, not its position, so a from-scratch fine-tune and the fine-tune of an
+  # SPT run draw the same fresh initialisation for the same seed.
+  return jax.random.fold_in(jax.random.PRNGKey(seed), zlib.crc32(phase.encode()) & 0x7FFFFFFF)
+
+
+def total_steps(cfg, num_train: int) -> int:
+  if cfg.num_steps > 0:
+    return int(cfg.num_steps)
+  return max(1, math.ceil(cfg.num_epochs * pipeline.steps_per_epoch(num_train, cfg.batch_size)))
+
+
+def make_steps(model, objective, tx, trainable, mesh):
+  """Jitted train and eval steps, data-parallel: params replicated, batch split on the `data` axis."""
+  replicated = NamedSharding(mesh, P())
+  batch_sharded = NamedSharding(mesh, P("data"))
+
+  def train_step(state: TrainState, batch, rng):
+    rng = jax.random.fold_in(rng, state.step)
+    batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
+
+    def loss_fn(params):
+      return objective(model.apply, params, batch, rng, train=True)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    # Frozen leaves have no say in the reported gradient norm (nor in clipping, see optim.py).
+    grad_sq = sum(jnp.sum(jnp.square(g)) for g, t in
+                  zip(jax.tree.leaves(grads), jax.tree.leaves(trainable)) if t)
+    out = {k: n / jnp.maximum(d, 1e-12) for k, (n, d) in metrics.items()}
+    out["loss"] = loss
+    out["grad_norm"] = jnp.sqrt(grad_sq)
+    return TrainState(state.step + 1, params, opt_state), out
+
+  def eval_step(params, batch, rng):
+    batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
+    _, metrics = objective(model.apply, params, batch, rng, train=False)
+    return metrics
+
+  train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
+                  out_shardings=(replicated, replicated), donate_argnums=(0,))
+  evaluate = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
+                     out_shardings=replicated)
+  return train, evaluate
+
+
+def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
+  """This process's rows → one global array per key (each process supplies its own shard)."""
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def evaluate_split(eval_step, params, arrays, cfg, rng, sharding) -> dict[str, float]:
+  """Exact metrics over a whole split: numerators and denominators summed, then divided once."""
+  batch_size = cfg.eval_batch_size or cfg.batch_size
+  totals = None
+  batches = pipeline.eval_batches(arrays, batch_size, process_index=jax.process_index(),
+                                  process_count=jax.process_count())
+  for i, batch in enumerate(batches):
+    if cfg.max_eval_batches and i >= cfg.max_eval_batches:
+      break
+    # A fixed key per batch: the same masks at every evaluation, so validation numbers are comparable
+    # across steps and the best-checkpoint choice is reproducible.
+    m = eval_step(params, to_global(batch, sharding), jax.random.fold_in(rng, i))
+    totals = m if totals is None else jax.tree.map(jnp.add, totals, m)
+  return objectives.ratio(jax.device_get(totals))
+
+
+def _check_finite(history: list[dict], first_step: int, phase: str, last_ckpt) -> None:
+  for offset, m in enumerate(history):
+    if not np.isfinite(m["loss"]):
+      raise FloatingPointError(
+          f"[{phase}] non-finite training loss ({m['loss']}) at step {first_step + offset}. "
+          f"Training stopped; the last good checkpoint is step {last_ckpt}. Lower "
+          f"config.{phase}.learning_rate, add warmup, or set config.{phase}.grad_clip_norm.")
+
+
+def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
+  """Runs (or resumes) phase `name` of `config` in `<workdir>/<name>` and returns its results."""
+  cfg = config[name]
+  phase_dir = os.path.join(workdir, name)
+  process0 = jax.process_index() == 0
+  replicated = NamedSharding(mesh, P())
+  batch_sharding = NamedSharding(mesh, P("data"))
+  wall_start = time.time()
+
+  # ---------------------------------------------------------------- Data, model and objective
+  train_arrays = task.splits["train"]
+  num_train = pipeline.num_examples(train_arrays)
+  steps = total_steps(cfg, num_train)
+  objective = objectives.make(cfg, task.vocab)
+  model = build_model(config.model, task, objective.head)
+  init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
+
+  # ---------------------------------------------------------------- Parameters and optimiser
+  dummy = jnp.zeros((1, task.max_length), jnp.int32)
+  params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
+  ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
+  resuming = ckpts.latest_step() is not None
+  if cfg.init_from.source and not resuming:
+    params, report = init_from.load_into(params, cfg.init_from, workdir=workdir,
+                                         phase_names=config.phases.split(","), sharding=replicated)
+    write_json(os.path.join(phase_dir, "init_from.json"), report)
+    logging.info("[%s] loaded %d parameter arrays from %s: %s; fresh: %s", name,
+                 len(report["loaded"]), report["source"], report["loaded"], report["fresh"])
+  frozen = frozenset(tree.match_patterns(cfg.freeze, tree.flatten(params), what=f"config.{name}.freeze")
+                     if cfg.freeze else ())
+  tx, schedule = optim.make_optimizer(cfg, steps, params, frozen)
+  opt_state = jax.jit(tx.init, out_shardings=replicated)(params)
+  # Every leaf placed on the mesh up front, so the first step's input matches later steps' (no retrace).
+  state = TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params, opt_state)
+  trainable = tree.map_with_path(lambda p, _: p not in frozen, params)
+
+  best_value, best_step, wall_before = -math.inf, None, 0.0
+  if resuming:
+    step0, params, opt_state, meta = ckpts.restore_latest(state.params, state.opt_state)
+    state = TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params, opt_state)
+    best_value, best_step = meta["best_value"], meta["best_step"]
+    wall_before = meta["wall_time_sec"]
+    logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
+                 best_value, best_step)
+  else:
+    ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
+                                   "init_from": cfg.init_from.to_dict()})
+  start = int(state.step)
+  write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
+  logging.info("[%s] %s, %d steps (%d per epoch), %d parameters (%d frozen), %d device(s)", name,
+               cfg.objective, steps, pipeline.steps_per_epoch(num_train, cfg.batch_size),
+               tree.count(params), sum(tree.count(tree.flatten(params)[p]) for p in frozen),
+               jax.device_count())
+
+  # ---------------------------------------------------------------- Steps
+  train_step, eval_step = make_steps(model, objective, tx, trainable, mesh)
+  batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
+                                   start_step=start, process_index=jax.process_index(),
+                                   process_count=jax.process_count())
+  writer = MetricWriter(phase_dir, resume_step=start)
+  selection = objective.selection_metric
+
+  def evaluate(params, split):
+    return evaluate_split(eval_step, params, task.splits[split], cfg, eval_rng, batch_sharding)
+
+  def save_latest(step):
+    ckpts.save_latest(step, state.params, state.opt_state, {
+        "step": step, "best_value": best_value, "best_step": best_step,
+        "wall_time_sec": wall_before + time.time() - wall_start})
+
+  # ---------------------------------------------------------------- Train loop
+  bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=not process0, dynamic_ncols=True)
+  pending, window_start, window_step = [], time.time(), start
+  compiled, timed_from, train_seconds = False, start, 0.0
+  val_metrics = {}
+  for step in range(start + 1, steps + 1):
+    state, metrics = train_step(state, to_global(next(batches), batch_sharding), train_rng)
+    pending.append(metrics)
+    if not compiled:  # Exclude compilation from the throughput figures.
+      jax.block_until_ready(metrics)
+      compiled, timed_from, window_start, window_step = True, step, time.time(), step
+      pending = [jax.device_get(metrics)]
+    bar.update(1)
+    is_eval = step % cfg.eval_every_steps == 0 or step == steps
+    is_ckpt = step % cfg.checkpoint_every_steps == 0 or step == steps
+    if step % cfg.log_every_steps == 0 or is_eval or is_ckpt:
+      history = jax.device_get(pending)
+      _check_finite(history, step - len(history) + 1, name, ckpts.latest_step())
+      now = time.time()
+      summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+      summary["learning_rate"] = float(schedule(step))
+      if step > window_step:
+        summary["steps_per_sec"] = (step - window_step) / max(now - window_start, 1e-9)
+        train_seconds += now - window_start
+      writer.write(step, "train", summary)
+      bar.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary.get('accuracy', 0):.3f}",
+                      refresh=False)
+      pending, window_start, window_step = [], now, step
+    if is_eval:
+      val_metrics = evaluate(state.params, "val")
+      writer.write(step, "val", val_metrics)
+      logging.info("[%s] step %d/%d val %s", name, step, steps,
+                   {k: round(v, 4) for k, v in val_metrics.items()})
+      if val_metrics[selection] > best_value:
+        best_value, best_step = val_metrics[selection], step
+        ckpts.save_best(step, state.params, val_metrics)
+    if is_ckpt:
+      save_latest(step)
+    if is_eval or is_ckpt:
+      window_start = time.time()  # Throughput windows measure training steps only.
+  bar.close()
+  timed_steps = steps - timed_from
+  ckpts.wait()
+
+  # ---------------------------------------------------------------- Final evaluation
+  if not val_metrics:  # Nothing left to train (resumed at the end): re-measure the final state.
+    val_metrics = evaluate(state.params, "val")
+  best = ckpts.best()
+  if best is None:
+    raise RuntimeError(f"[{name}] finished without a best checkpoint in {ckpts.directory}.")
+  best_params_dir = ckpts.best_params_dir()
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          state.params)
+  best_params = checkpoints.restore_item(best_params_dir, abstract)
+  test_metrics = evaluate(best_params, "test")
+  writer.write(best[0], "test", test_metrics)
+  writer.close()
+  results = {
+      "phase": name, "objective": cfg.objective, "steps": steps,
+      "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
+      "test_of_best": test_metrics, "selected_checkpoint": os.path.abspath(best_params_dir),
+      "selection_metric": selection, "wall_time_sec": wall_before + time.time() - wall_start,
+      # Training steps only: compilation, evaluation and checkpointing are not in this figure.
+      "steps_per_sec": timed_steps / train_seconds if train_seconds > 0 else None,
+      "num_parameters": tree.count(state.params), "devices": jax.device_count(),
+      "data_source": task.source,
+  }
+  ckpts.close()
+  write_json(os.path.join(phase_dir, "results.json"), results)
+  logging.info("[%s] done: best val %s=%.4f at step %d, test %s", name, selection, best[1][selection],
+               best[0], test_metrics)
+  return results
+

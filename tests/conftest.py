@@ -1,0 +1,78 @@
+"""Tiny configs and shared runs: every test here must stay fast on 2 CPU cores."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spt_jax import experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name: str, arg=None):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def tiny(config, cache_dir: str, steps: int = 6):
+  """A config of the same shape as the real ones, shrunk to compile and run in seconds."""
+  config.data.cache_dir = cache_dir
+  config.data.max_length = 32
+  config.data.generator.update(num_train=64, num_val=20, num_test=20, min_length=4, max_length=32,
+                               max_depth=4, max_args=4)
+  config.model.update(num_layers=1, d_model=16, num_heads=2, d_ff=32)
+  for name in config.phases.split(","):
+    config[name].update(batch_size=8, num_steps=steps, warmup_steps=2, log_every_steps=2,
+                        eval_every_steps=3, checkpoint_every_steps=3)
+  return config
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("data_cache"))
+
+
+@pytest.fixture
+def tiny_spt(cache_dir):
+  return tiny(load_config("listops_spt"), cache_dir)
+
+
+@pytest.fixture(scope="session")
+def spt_run(tmp_path_factory, cache_dir):
+  """One finished tiny SPT run (pretrain + finetune), shared by the tests that only read it."""
+  workdir = str(tmp_path_factory.mktemp("spt_run"))
+  config = tiny(load_config("listops_spt"), cache_dir)
+  results = experiment.run(config, workdir)
+  return workdir, config, results
+
+
+def run_main(args, env=None, timeout=240):
+  """main.py in a fresh interpreter (for flags, device counts and kills)."""
+  full_env = dict(os.environ, **(env or {}))
+  return subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], env=full_env,
+                        capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _flat(d, prefix=""):
+  for k, v in d.items():
+    if isinstance(v, dict):
+      yield from _flat(v, f"{prefix}{k}.")
+    else:
+      yield f"{prefix}{k}", v
+
+
+def as_flags(config, base) -> list[str]:
+  """`--config.x=y` overrides that turn config file defaults `base` into `config`."""
+  before = dict(_flat(base.to_dict()))
+  return [f"--config.{k}={v}" for k, v in _flat(config.to_dict()) if before.get(k) != v]
+
+
+def tiny_flags(cache_dir: str, steps: int = 6) -> list[str]:
+  """The `tiny` SPT config as command-line overrides of configs/listops_spt.py."""
+  return as_flags(tiny(load_config("listops_spt"), cache_dir, steps), load_config("listops_spt"))

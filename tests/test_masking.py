@@ -1,0 +1,60 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spt_jax import masking
+from spt_jax.data.vocab import MASK_ID, PAD_ID
+from spt_jax.objectives import MaskedTokenPrediction
+
+RNG = jax.random.PRNGKey(0)
+
+
+def _tokens(batch=64, length=512, real=300):
+  toks = jax.random.randint(RNG, (batch, length), 3, 20)
+  return jnp.where(jnp.arange(length)[None] < real, toks, PAD_ID)
+
+
+def test_measured_rate_matches_config_and_pads_are_never_masked():
+  tokens = _tokens()
+  for rate in (0.1, 0.15, 0.5):
+    mask = np.asarray(masking.draw_mask(jax.random.PRNGKey(1), tokens, rate))
+    real = np.asarray(tokens != PAD_ID)
+    assert not mask[~real].any()
+    measured = mask[real].mean()
+    # 19,200 Bernoulli draws: 5 standard deviations is < 0.02 for every rate here.
+    assert abs(measured - rate) < 5 * np.sqrt(rate * (1 - rate) / real.sum())
+
+
+def test_corrupt_replaces_only_masked_positions():
+  tokens = _tokens()
+  mask = masking.draw_mask(jax.random.PRNGKey(2), tokens, 0.15)
+  out = masking.corrupt(RNG, tokens, mask, bert_mix=False, first_regular_id=3, vocab_size=20)
+  assert (np.asarray(out)[np.asarray(mask)] == MASK_ID).all()
+  assert (np.asarray(out)[~np.asarray(mask)] == np.asarray(tokens)[~np.asarray(mask)]).all()
+
+
+def test_bert_mix_proportions():
+  tokens = _tokens()
+  mask = np.asarray(masking.draw_mask(jax.random.PRNGKey(3), tokens, 0.5))
+  out = np.asarray(masking.corrupt(RNG, tokens, jnp.asarray(mask), bert_mix=True,
+                                   first_regular_id=3, vocab_size=20))[mask]
+  orig = np.asarray(tokens)[mask]
+  assert abs((out == MASK_ID).mean() - 0.8) < 0.02
+  assert ((out >= 3) & (out < 20)).sum() + (out == MASK_ID).sum() == out.size  # never pad or cls
+  assert (out == orig).mean() > 0.09  # 10% kept + random draws that hit the original token
+
+
+def test_loss_counts_masked_positions_only():
+  tokens = jnp.array([[4, 5, 6, 7, PAD_ID]])
+  mask = jnp.array([[False, True, False, True, False]])
+  logits = jax.random.normal(RNG, (1, 5, 10))
+  loss, metrics = MaskedTokenPrediction.loss_from_logits(logits, tokens, mask)
+  # By construction: the loss is the mean CE over exactly the two masked positions...
+  logp = jax.nn.log_softmax(logits)
+  expected = -(logp[0, 1, 5] + logp[0, 3, 7]) / 2
+  np.testing.assert_allclose(loss, expected, rtol=1e-6)
+  assert float(metrics["loss"][1]) == 2
+  # ...and no other position receives gradient.
+  grad = jax.grad(lambda l: MaskedTokenPrediction.loss_from_logits(l, tokens, mask)[0])(logits)
+  assert np.abs(np.asarray(grad)[0, [0, 2, 4]]).max() == 0
+  assert np.abs(np.asarray(grad)[0, [1, 3]]).min() > 0
