@@ -9,6 +9,7 @@ import json
 import os
 
 import jax
+import ml_collections
 from absl import logging
 
 from spt_jax import config_lib, train
@@ -23,12 +24,48 @@ def make_mesh() -> jax.sharding.Mesh:
                        axis_types=(jax.sharding.AxisType.Auto,))
 
 
+# Settings that may change between a run and its resumption without changing what is computed.
+_OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoint_every_steps",
+                "eval_batch_size")
+
+
+def _phase_view(config, name: str) -> dict:
+  """The part of the config that determines phase `name`'s results, flattened to dotted keys."""
+  view = {"seed": config.seed, "data": config.data.to_dict(), "model": config.model.to_dict(),
+          name: config[name].to_dict()}
+
+  def flat(d, prefix=""):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        yield from flat(v, f"{prefix}{k}.")
+      else:
+        yield f"{prefix}{k}", list(v) if isinstance(v, tuple) else v
+  return {k: v for k, v in flat(view) if not any(k == o or k.endswith("." + o) for o in _OPERATIONAL)}
+
+
+def check_workdir_config(config, name: str, phase_dir: str) -> None:
+  """A workdir holds one experiment: resuming or reusing it under another config is an error."""
+  path = os.path.join(phase_dir, "config.json")
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = _phase_view(ml_collections.ConfigDict(json.load(f)), name)
+  current = _phase_view(config, name)
+  diff = [f"{k}: {saved.get(k, '<absent>')!r} in the workdir, {current.get(k, '<absent>')!r} now"
+          for k in sorted(saved.keys() | current.keys()) if saved.get(k) != current.get(k)]
+  if diff:
+    raise ValueError(f"{phase_dir} was run with a different config for phase {name!r}; use a new "
+                     f"--workdir (nothing was changed):\n  " + "\n  ".join(diff))
+
+
 def run(config, workdir: str) -> dict:
   config_lib.validate(config, jax.device_count())
   names = config_lib.phase_names(config)
   os.makedirs(workdir, exist_ok=True)
   mesh = make_mesh()
   results, task = {}, None
+  for name in names:
+    check_workdir_config(config, name, os.path.join(workdir, name))
   for name in names:
     done = os.path.join(workdir, name, "results.json")
     if os.path.exists(done):

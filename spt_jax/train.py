@@ -169,11 +169,12 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
     wall_before = meta["wall_time_sec"]
     logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
                  best_value, best_step)
-  else:
+  # Written only once the config has proved compatible with what the workdir holds.
+  write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
+  if not resuming:
     ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
                                    "init_from": cfg.init_from.to_dict()})
   start = int(state.step)
-  write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
   logging.info("[%s] %s, %d steps (%d per epoch), %d parameters (%d frozen), %d device(s)", name,
                cfg.objective, steps, pipeline.steps_per_epoch(num_train, cfg.batch_size),
                tree.count(params), sum(tree.count(tree.flatten(params)[p]) for p in frozen),

@@ -66,10 +66,16 @@ def _fresh_finetune_init(workdir):
 def test_checkpoint_reads_with_plain_orbax_without_spt_jax(spt_run):
   workdir, _, _ = spt_run
   params_dir = os.path.join(_only_step(os.path.join(workdir, "finetune/checkpoints/best")), "params")
-  code = ("import sys, orbax.checkpoint as ocp\n"
-          f"p = ocp.StandardCheckpointer().restore({params_dir!r})\n"
+  # The README's recipe, verbatim apart from the path.
+  code = ("import sys, jax, orbax.checkpoint as ocp\n"
+          f"path = {params_dir!r}\n"
+          "ckptr = ocp.StandardCheckpointer()\n"
+          "meta = ckptr.metadata(path).item_metadata.tree\n"
+          "cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])\n"
+          "target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=cpu), meta)\n"
+          "params = ckptr.restore(path, target)\n"
           "assert 'spt_jax' not in sys.modules\n"
-          "print(sorted(p), p['classifier']['kernel'].shape)\n")
+          "print(sorted(params), params['classifier']['kernel'].shape)\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
                        timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]

@@ -43,7 +43,9 @@ class MultiHeadAttention(nn.Module):
     head_dim = d_model // self.num_heads
     project = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim), dtype=self.dtype)
     q = project(name="query")(x)
-    k = project(name="key")(x)
+    # No key bias: it adds q·b_k equally to every score of a query, which softmax ignores, so its true
+    # gradient is exactly zero and Adam would only turn float noise into lr-sized random steps.
+    k = project(name="key", use_bias=False)(x)
     v = project(name="value")(x)
     dropout_fn = None
     if train and self.dropout_rate > 0:
