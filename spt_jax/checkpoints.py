@@ -5,8 +5,8 @@ mid-save never leaves a half-written checkpoint in place):
   <phase>/checkpoints/latest/<step>/{params,opt_state,meta}   meta: {"step", "best_value", ...}
   <phase>/checkpoints/best/<step>/{params,meta}               meta: the validation metrics that won
   <phase>/checkpoints/init/0/{params,meta}                    the exact parameters training started from
-`params` is a plain StandardCheckpointer item, readable without spt_jax:
-  orbax.checkpoint.StandardCheckpointer().restore("<phase>/checkpoints/best/<step>/params")
+`params` is a plain StandardCheckpointer item, readable without spt_jax (README: "Parameters and
+checkpoints"); restoring it with a target built from its own metadata works on any device count.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def item_abstract(item_dir: str, sharding=None) -> Any:
   if not os.path.isdir(item_dir):
     raise FileNotFoundError(f"No checkpoint item at {item_dir}.")
   try:
-    meta = ocp.StandardCheckpointer().metadata(os.path.abspath(item_dir)).item_metadata.tree
+    with ocp.StandardCheckpointer() as ckptr:
+      meta = ckptr.metadata(os.path.abspath(item_dir)).item_metadata.tree
   except Exception as e:  # Orbax raises several types for "not a checkpoint"; name the path instead.
     raise ValueError(f"{item_dir} is not a readable Orbax checkpoint item: {e}") from e
   if sharding is None:
@@ -45,7 +46,8 @@ def restore_item(item_dir: str, abstract=None, sharding=None):
   """Restores one params-like item; without `abstract` the saved shapes/dtypes are used."""
   if abstract is None:
     abstract = item_abstract(item_dir, sharding)
-  return ocp.StandardCheckpointer().restore(os.path.abspath(item_dir), abstract)
+  with ocp.StandardCheckpointer() as ckptr:
+    return ckptr.restore(os.path.abspath(item_dir), abstract)
 
 
 class PhaseCheckpoints:

@@ -15,9 +15,7 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
   """Amos et al.'s LRA Transformer: pre-LN, sinusoidal positions, mean pooling, no dropout."""
   c = ml_collections.ConfigDict(dict(
       num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout_rate=0.0,
-      position="sinusoidal", pooling="mean", activation="gelu",
-      classifier_init_std=-1.0,  # < 0: Flax's default (LeCun normal); >= 0: N(0, std²), 0 allowed
-      dtype="float32"))
+      position="sinusoidal", pooling="mean", activation="gelu", dtype="float32"))
   c.update(overrides)
   return c
 
@@ -43,12 +41,18 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       eval_every_steps=1000,
       checkpoint_every_steps=1000,
       max_eval_batches=0,           # 0: the whole split
-      freeze=(),                    # regexes over parameter paths that get no updates
+      # Pattern lists below take presets (param_groups.PRESETS: qk, qkvo, attention, mlp, norms,
+      # embeddings, encoder, all_but_heads, heads, all) or regexes over '/'-joined parameter paths.
+      freeze=(),                    # no updates, no optimiser moments, no weight decay
       init_from=ml_collections.ConfigDict(dict(
           source="",                # '' (random init), a phase of this run, or a checkpoint path
-          checkpoint="best",        # 'best', 'latest' or a step number
-          include=(".*",),
-          exclude=())),
+          checkpoint="best",        # 'best', 'latest', 'init' or a step number
+          include=(".*",),          # checkpoint paths to load ...
+          exclude=(),               # ... minus these
+          gamma_ft=-1.0,            # >= 0: re-draw gamma_ft_paths from N(0, gamma_ft²) (0 allowed)
+          gamma_ft_paths=("classifier/kernel",),
+          rescale=1.0,              # != 1: multiply rescale_paths by this (relative layer scale)
+          rescale_paths=())),
   ))
   c.update(overrides)
   return c

@@ -23,7 +23,7 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import checkpoints, init_from, objectives, optim, tree
+from spt_jax import checkpoints, init_from, objectives, optim, param_groups, tree
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
@@ -38,14 +38,12 @@ class TrainState:
 
 
 def build_model(model_cfg, task: TaskData, head: str) -> SequenceModel:
-  std = model_cfg.classifier_init_std
   return SequenceModel(
       vocab_size=task.vocab.size, max_length=task.max_length, head=head,
       num_classes=task.num_classes, pooling=model_cfg.pooling, num_layers=model_cfg.num_layers,
       d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
       dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
-      activation=model_cfg.activation, classifier_init_std=None if std < 0 else std,
-      dtype=jnp.dtype(model_cfg.dtype))
+      activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype))
 
 
 def phase_rng(seed: int, phase: str) -> jax.Array:
@@ -141,20 +139,25 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   objective = objectives.make(cfg, task.vocab)
   model = build_model(config.model, task, objective.head)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
+  scale_rng = jax.random.fold_in(init_rng, 1)
 
   # ---------------------------------------------------------------- Parameters and optimiser
   dummy = jnp.zeros((1, task.max_length), jnp.int32)
   params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
   ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
   resuming = ckpts.latest_step() is not None
+  init_report = {}
   if cfg.init_from.source and not resuming:
-    params, report = init_from.load_into(params, cfg.init_from, workdir=workdir,
-                                         phase_names=config.phases.split(","), sharding=replicated)
-    write_json(os.path.join(phase_dir, "init_from.json"), report)
+    params, init_report = init_from.load_into(
+        params, cfg.init_from, workdir=workdir, phase_names=config.phases.split(","), phase=name,
+        sharding=replicated)
     logging.info("[%s] loaded %d parameter arrays from %s: %s; fresh: %s", name,
-                 len(report["loaded"]), report["source"], report["loaded"], report["fresh"])
-  frozen = frozenset(tree.match_patterns(cfg.freeze, tree.flatten(params), what=f"config.{name}.freeze")
-                     if cfg.freeze else ())
+                 len(init_report["loaded"]), init_report["source"], init_report["loaded"],
+                 init_report["fresh"])
+  if not resuming:
+    params, scale_report = init_from.apply_scales(params, cfg.init_from, scale_rng, phase=name)
+    init_report.update(scale_report)
+  frozen = frozenset(param_groups.resolve(cfg.freeze, params, what=f"config.{name}.freeze"))
   tx, schedule = optim.make_optimizer(cfg, steps, params, frozen)
   opt_state = jax.jit(tx.init, out_shardings=replicated)(params)
   # Every leaf placed on the mesh up front, so the first step's input matches later steps' (no retrace).
@@ -171,7 +174,14 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
                  best_value, best_step)
   # Written only once the config has proved compatible with what the workdir holds.
   write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
+  table = param_groups.count_table(params, frozen)
+  logging.info("[%s] parameters:\n%s", name, table)
+  if process0:
+    with open(os.path.join(phase_dir, "parameters.md"), "w") as f:
+      f.write(table)
   if not resuming:
+    if init_report:
+      write_json(os.path.join(phase_dir, "init_from.json"), init_report)
     ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
                                    "init_from": cfg.init_from.to_dict()})
   start = int(state.step)

@@ -132,7 +132,6 @@ class SequenceModel(nn.Module):
   dropout_rate: float = 0.0
   position: str = "sinusoidal"
   activation: str = "gelu"
-  classifier_init_std: float | None = None  # None: Flax's default (LeCun normal)
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
@@ -150,8 +149,6 @@ class SequenceModel(nn.Module):
       logits = nn.Dense(self.vocab_size, name="mlm_head")(h)
       return logits[:, 1:] if self.pooling == "cls" else logits
     if self.head == "classifier":
-      init = (nn.initializers.lecun_normal() if self.classifier_init_std is None
-              else nn.initializers.normal(self.classifier_init_std))
-      return nn.Dense(self.num_classes, kernel_init=init, name="classifier")(
+      return nn.Dense(self.num_classes, name="classifier")(
           pool(h, mask, self.pooling))
     raise ValueError(f"head={self.head!r} must be one of {HEADS}.")
