@@ -8,14 +8,16 @@ from __future__ import annotations
 import ml_collections
 
 from spt_jax import objectives, optim
-from spt_jax.models import transformer
+from spt_jax.models import attention, transformer
 
 
 def transformer_config(**overrides) -> ml_collections.ConfigDict:
   """Amos et al.'s LRA Transformer: pre-LN, sinusoidal positions, mean pooling, no dropout."""
   c = ml_collections.ConfigDict(dict(
       num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout_rate=0.0,
-      position="sinusoidal", pooling="mean", activation="gelu", dtype="float32"))
+      position="sinusoidal", pooling="mean", activation="gelu", dtype="float32",
+      attention="dense",            # see spt_jax.models.attention.IMPLEMENTATIONS
+      attention_block_size=512))
   c.update(overrides)
   return c
 
@@ -85,6 +87,7 @@ def validate(config, device_count: int) -> None:
   _one_of(m.pooling, transformer.POOLINGS, "model.pooling")
   _one_of(m.activation, tuple(transformer.ACTIVATIONS), "model.activation")
   _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
+  _one_of(m.attention, attention.IMPLEMENTATIONS, "model.attention")
   for key in ("num_layers", "d_model", "num_heads", "d_ff"):
     _positive(m[key], f"model.{key}")
   if m.d_model % m.num_heads:

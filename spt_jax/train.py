@@ -43,7 +43,8 @@ def build_model(model_cfg, task: TaskData, head: str) -> SequenceModel:
       num_classes=task.num_classes, pooling=model_cfg.pooling, num_layers=model_cfg.num_layers,
       d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
       dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
-      activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype))
+      activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype),
+      attention=model_cfg.attention, attention_block_size=model_cfg.attention_block_size)
 
 
 def phase_rng(seed: int, phase: str) -> jax.Array:

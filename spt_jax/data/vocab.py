@@ -54,3 +54,7 @@ class Vocabulary:
   def decode(self, ids) -> list[str]:
     every = SPECIAL_TOKENS + self.tokens
     return [every[int(i)] for i in np.asarray(ids) if int(i) != PAD_ID]
+
+
+# Byte-level text (IMDB, AAN) and 8-bit pixels share one shape of vocabulary: value v has id 3 + v.
+BYTE_VOCAB = Vocabulary(tokens=tuple(f"<0x{b:02X}>" for b in range(256)))

@@ -30,10 +30,22 @@ def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
   return out, weights
 
 
+IMPLEMENTATIONS = ("dense",)
+
+
+def attend(q, k, v, key_mask, *, implementation: str, block_size: int, dropout_fn=None):
+  """Dispatches to an attention implementation; all take and return the same shapes."""
+  if implementation == "dense":
+    return dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
+  raise ValueError(f"attention implementation {implementation!r} must be one of {IMPLEMENTATIONS}.")
+
+
 class MultiHeadAttention(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   dtype: jnp.dtype = jnp.float32
+  implementation: str = "dense"
+  block_size: int = 512
 
   @nn.compact
   def __call__(self, x, key_mask, *, train: bool):
@@ -50,8 +62,11 @@ class MultiHeadAttention(nn.Module):
     dropout_fn = None
     if train and self.dropout_rate > 0:
       dropout_fn = nn.Dropout(self.dropout_rate, deterministic=False)
-    out, weights = dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
+    out, weights = attend(q, k, v, key_mask, implementation=self.implementation,
+                          block_size=self.block_size, dropout_fn=dropout_fn)
     # Recorded only when the caller asks for the 'intermediates' collection (attention analysis);
-    # otherwise `sow` is a no-op and costs nothing inside jit.
-    self.sow("intermediates", "attention_weights", weights)
+    # otherwise `sow` is a no-op and costs nothing inside jit. Memory-efficient implementations
+    # never materialise the weights and return None.
+    if weights is not None:
+      self.sow("intermediates", "attention_weights", weights)
     return nn.DenseGeneral(features=d_model, axis=(-2, -1), dtype=self.dtype, name="out")(out)

@@ -50,13 +50,15 @@ class EncoderBlock(nn.Module):
   dropout_rate: float = 0.0
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
+  attention: str = "dense"
+  attention_block_size: int = 512
 
   @nn.compact
   def __call__(self, x, mask, *, train: bool):
     drop = nn.Dropout(self.dropout_rate, deterministic=not train)
     h = nn.LayerNorm(name="norm_attention")(x)
-    h = MultiHeadAttention(self.num_heads, self.dropout_rate, self.dtype, name="attention")(
-        h, mask, train=train)
+    h = MultiHeadAttention(self.num_heads, self.dropout_rate, self.dtype, self.attention,
+                           self.attention_block_size, name="attention")(h, mask, train=train)
     x = x + drop(h)
     h = nn.LayerNorm(name="norm_mlp")(x)
     h = MLP(self.d_ff, self.activation, self.dtype, name="mlp")(h)
@@ -74,6 +76,8 @@ class Encoder(nn.Module):
   position: str = "sinusoidal"
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
+  attention: str = "dense"
+  attention_block_size: int = 512
 
   @nn.compact
   def __call__(self, tokens, mask, *, train: bool):
@@ -95,7 +99,8 @@ class Encoder(nn.Module):
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x.astype(self.dtype))
     for i in range(self.num_layers):
       x = EncoderBlock(self.num_heads, self.d_ff, self.dropout_rate, self.activation, self.dtype,
-                       name=f"layer_{i}")(x, mask, train=train)
+                       self.attention, self.attention_block_size, name=f"layer_{i}")(
+                           x, mask, train=train)
     return nn.LayerNorm(name="final_norm")(x).astype(jnp.float32)
 
 
@@ -133,6 +138,8 @@ class SequenceModel(nn.Module):
   position: str = "sinusoidal"
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
+  attention: str = "dense"
+  attention_block_size: int = 512
 
   @nn.compact
   def __call__(self, tokens, *, train: bool = False):
@@ -144,7 +151,8 @@ class SequenceModel(nn.Module):
       mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
     h = Encoder(self.vocab_size, self.max_length + (self.pooling == "cls"), self.num_layers,
                 self.d_model, self.num_heads, self.d_ff, self.dropout_rate, self.position,
-                self.activation, self.dtype, name="encoder")(tokens, mask, train=train)
+                self.activation, self.dtype, self.attention, self.attention_block_size,
+                name="encoder")(tokens, mask, train=train)
     if self.head == "mlm":
       logits = nn.Dense(self.vocab_size, name="mlm_head")(h)
       return logits[:, 1:] if self.pooling == "cls" else logits
