@@ -9,7 +9,7 @@ import logging as std_logging
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from spt_jax import experiment
+from spt_jax import distributed, experiment
 
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
@@ -25,6 +25,9 @@ def _quiet_orbax(record: std_logging.LogRecord) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  # Before anything touches a device: the backend is created once, and one created before joining
+  # the multi-process job would only ever see this process's devices.
+  distributed.maybe_initialize()
   std_logging.getLogger("absl").addFilter(_quiet_orbax)
   logging.info("Config:\n%s", flags.FLAGS.config)
   experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)

@@ -43,6 +43,7 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       eval_every_steps=1000,
       checkpoint_every_steps=1000,
       max_eval_batches=0,           # 0: the whole split
+      attention_metrics_every_steps=0,  # > 0: log proximity metrics of a fixed val batch's attention
       # Pattern lists below take presets (param_groups.PRESETS: qk, qkvo, attention, mlp, norms,
       # embeddings, encoder, all_but_heads, heads, all) or regexes over '/'-joined parameter paths.
       freeze=(),                    # no updates, no optimiser moments, no weight decay
@@ -138,12 +139,31 @@ def listops_data(**generator_overrides) -> ml_collections.ConfigDict:
       generator=generator))
 
 
+def synthetic_data(**overrides) -> ml_collections.ConfigDict:
+  """The synthetic proximity task (spt_jax/data/synthetic.py), generated in memory."""
+  synthetic = ml_collections.ConfigDict(dict(
+      num_train=8000, num_val=1000, num_test=1000, length=100, num_background=16,
+      p_successor=0.8, seed=0))
+  synthetic.update(overrides)
+  return ml_collections.ConfigDict(dict(task="synthetic", max_length=synthetic.length,
+                                        synthetic=synthetic))
+
+
+def synthetic_finetune() -> ml_collections.ConfigDict:
+  """Fine-tuning on the synthetic task, shared by the SPT and from-scratch configs."""
+  return phase_config("classification", learning_rate=5e-4, num_epochs=20.0, warmup_steps=250,
+                      eval_every_steps=250, checkpoint_every_steps=500)
+
+
 def smoke(config) -> None:
-  """Shrinks a ListOps config to a run that finishes in well under a minute on 2 CPU cores."""
-  config.data = listops_data(num_train=512, num_val=128, num_test=128, min_length=16,
-                             max_length=128, max_depth=6, max_args=5)
-  config.data.max_length = 128
-  config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=128)
+  """Shrinks a config to a run that finishes in well under a minute on 2 CPU cores."""
+  if config.data.task == "listops":
+    config.data = listops_data(num_train=512, num_val=128, num_test=128, min_length=16,
+                               max_length=128, max_depth=6, max_args=5)
+    config.data.max_length = 128
+    config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=128)
+  elif config.data.task == "synthetic":
+    config.data.synthetic.update(num_train=512, num_val=128, num_test=128)
   for name in phase_names(config):
     config[name].update(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
                         checkpoint_every_steps=20)

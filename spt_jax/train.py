@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spt_jax import checkpoints, init_from, objectives, optim, param_groups, tree
+from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
@@ -202,6 +203,22 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   def evaluate(params, split):
     return evaluate_split(eval_step, params, task.splits[split], cfg, eval_rng, batch_sharding)
 
+  track_attention = cfg.attention_metrics_every_steps > 0 and model.attention == "dense"
+  if cfg.attention_metrics_every_steps > 0 and not track_attention:
+    logging.warning("[%s] attention metrics need model.attention='dense'; not tracking them.", name)
+  if track_attention:
+    probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
+    probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
+
+    @jax.jit
+    def attention_metrics(params):
+      maps = attention_analysis.attention_maps(model, params, probe)
+      out = {}
+      for layer, m in enumerate(maps):
+        for key, value in attention_analysis.proximity_metrics(m, probe != 0).items():
+          out[f"layer{layer}/{key}"] = value
+      return out
+
   def save_latest(step):
     ckpts.save_latest(step, state.params, state.opt_state, {
         "step": step, "best_value": best_value, "best_step": best_step,
@@ -235,6 +252,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
       bar.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary.get('accuracy', 0):.3f}",
                       refresh=False)
       pending, window_start, window_step = [], now, step
+    if track_attention and (step % cfg.attention_metrics_every_steps == 0 or step == steps):
+      writer.write(step, "attention", jax.device_get(attention_metrics(state.params)))
     if is_eval:
       val_metrics = evaluate(state.params, "val")
       writer.write(step, "val", val_metrics)

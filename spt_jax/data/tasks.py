@@ -7,7 +7,7 @@ import os
 import numpy as np
 from absl import logging
 
-from spt_jax.data import listops
+from spt_jax.data import listops, synthetic
 from spt_jax.data.vocab import Vocabulary
 
 
@@ -41,7 +41,16 @@ def _listops(cfg) -> TaskData:
   return TaskData("listops", listops.VOCAB, 10, cfg.max_length, splits, root)
 
 
-TASKS = {"listops": _listops}
+def _synthetic(cfg) -> TaskData:
+  spec = synthetic.Spec(**cfg.synthetic.to_dict())
+  if spec.length > cfg.max_length:
+    raise ValueError(f"config.data.synthetic.length={spec.length} exceeds config.data.max_length="
+                     f"{cfg.max_length}.")
+  return TaskData("synthetic", spec.vocab, 2, cfg.max_length, synthetic.load_splits(spec),
+                  f"synthetic {spec}")
+
+
+TASKS = {"listops": _listops, "synthetic": _synthetic}
 
 
 def load(data_config) -> TaskData:

@@ -2,14 +2,30 @@
 
 `query`, `key`, `value` and `out` are their own Dense modules so that W_Q and W_K can be frozen, loaded
 or inspected by path (`.../attention/query/kernel`), which the mechanism ablations depend on.
+
+The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signature:
+  dense      softmax(q kᵀ/√d) v, the L×L weights materialised (and returned for analysis).
+  blockwise  the same numbers computed flash-attention style over blocks of `block_size`, in memory
+             linear in L in the forward and the backward pass (custom VJP that recomputes).
+  local      each block of `block_size` queries attends to its own and the two neighbouring key
+             blocks only (Amos et al.'s Path-X setting): a different model, linear in L.
+  cudnn      cuDNN's fused flash attention via `jax.nn.dot_product_attention`; GPU only.
+Only `dense` supports dropout on the attention weights and returns the weights.
 """
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+# A padded key's score. `where` with the most negative finite float, not -inf and not an additive
+# bias: adding finfo.min to a negative score overflows to -inf, and a query whose keys are all padding
+# would then produce NaN instead of a harmless uniform row.
+_MASKED = float(np.finfo(np.float32).min)
 
 
 def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
@@ -20,9 +36,7 @@ def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
   """
   scale = q.shape[-1] ** -0.5
   scores = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k).astype(jnp.float32)
-  # `where`, not an additive bias: adding finfo.min to a negative score overflows to -inf, and a query
-  # whose keys are all padding would then produce NaN instead of a harmless uniform row.
-  scores = jnp.where(key_mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+  scores = jnp.where(key_mask[:, None, None, :], scores, _MASKED)
   weights = jax.nn.softmax(scores, axis=-1)
   if dropout_fn is not None:
     weights = dropout_fn(weights)
@@ -30,13 +44,233 @@ def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
   return out, weights
 
 
-IMPLEMENTATIONS = ("dense",)
+# ------------------------------------------------------------------------------------------ blockwise
 
 
-def attend(q, k, v, key_mask, *, implementation: str, block_size: int, dropout_fn=None):
+def _to_blocks(x, n: int):
+  """[B, n*c, ...] → [n, B, c, ...]: the block axis leading, for `lax.scan`."""
+  return jnp.moveaxis(x.reshape(x.shape[0], n, x.shape[1] // n, *x.shape[2:]), 1, 0)
+
+
+def _from_blocks(x):
+  """[n, B, c, ...] → [B, n*c, ...]."""
+  x = jnp.moveaxis(x, 0, 1)
+  return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def _block_scores(q, k, key_mask, exists):
+  """float32 scores [B, H, cq, ck] of one query chunk against one key block.
+
+  Keys the caller masked get `_MASKED` (exactly as in dense, so all-padding rows stay uniform over the
+  caller's keys); keys that exist only because we padded L up to a block multiple get -inf, so they
+  never receive weight, not even in such a uniform row.
+  """
+  s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+  s = jnp.where(key_mask[:, None, None, :], s, _MASKED)
+  return jnp.where(exists[None, None, None, :], s, -jnp.inf)
+
+
+def _flash_forward(q, k, v, key_mask, length: int, block: int):
+  """Online-softmax attention of pre-scaled q.
+
+  Returns out [B, Lp, H, D] and each query's running max and log-sum, both [n, B, H, c]. They are kept
+  apart rather than summed into a logsumexp because for an all-padding row the max is finfo.min, which
+  absorbs log(L) and would make the backward's recomputed probabilities 1 instead of 1/L.
+  """
+  batch, padded, heads, dim = q.shape
+  n = padded // block
+  kb, vb, mb = _to_blocks(k, n), _to_blocks(v, n), _to_blocks(key_mask, n)
+  eb = jnp.asarray(np.arange(padded).reshape(n, block) < length)
+
+  def query_chunk(_, qi):
+    def key_block(carry, xs):
+      m, l, acc = carry
+      kj, vj, mj, ej = xs
+      s = _block_scores(qi, kj, mj, ej)
+      m_new = jnp.maximum(m, s.max(-1))
+      # m starts at -inf but m_new is finite from the first block on (each block holds at least one
+      # existing key), so neither exp below ever sees inf - inf.
+      correction = jnp.exp(m - m_new)
+      p = jnp.exp(s - m_new[..., None])
+      l = l * correction + p.sum(-1)
+      pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
+      return (m_new, l, acc * correction[..., None] + pv), None
+
+    init = (jnp.full((batch, heads, block), -jnp.inf, jnp.float32),
+            jnp.zeros((batch, heads, block), jnp.float32),
+            jnp.zeros((batch, heads, block, dim), jnp.float32))
+    (m, l, acc), _ = jax.lax.scan(key_block, init, (kb, vb, mb, eb))
+    out = (acc / l[..., None]).transpose(0, 2, 1, 3).astype(q.dtype)
+    return None, (out, (m, jnp.log(l)))
+
+  _, (out, stats) = jax.lax.scan(query_chunk, None, _to_blocks(q, n))
+  return _from_blocks(out), stats
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _flash(q, k, v, key_mask, length: int, block: int):
+  return _flash_forward(q, k, v, key_mask, length, block)[0]
+
+
+def _flash_fwd(q, k, v, key_mask, length, block):
+  out, stats = _flash_forward(q, k, v, key_mask, length, block)
+  # O(L) residuals only: the backward recomputes each block's probabilities from the softmax stats.
+  return out, (q, k, v, key_mask, out, stats)
+
+
+def _flash_bwd(length, block, residuals, d_out):
+  """FlashAttention-2's backward: one pass over key blocks, each over all query chunks."""
+  q, k, v, key_mask, out, (row_max, log_sum) = residuals
+  padded = q.shape[1]
+  n = padded // block
+  # Σ_k P·dP per query, the softmax Jacobian's correction term, from O and dO instead of P.
+  delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
+  delta = jnp.moveaxis(delta.reshape(*delta.shape[:2], n, block), 2, 0)
+  eb = jnp.asarray(np.arange(padded).reshape(n, block) < length)
+  f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
+
+  def key_block(dq, xs):
+    kj, vj, mj, ej = xs
+
+    def query_chunk(carry, ys):
+      dk, dv = carry
+      qi, doi, mi, logli, deltai = ys
+      p = jnp.exp(_block_scores(qi, kj, mj, ej) - mi[..., None] - logli[..., None])
+      dv = dv + f32("bhqk,bqhd->bkhd", p.astype(doi.dtype), doi)
+      dp = f32("bqhd,bkhd->bhqk", doi, vj)
+      # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
+      # whose keys are all padding at the zero gradient that dense gives them.
+      ds = jnp.where(mj[:, None, None, :], p * (dp - deltai[..., None]), 0.0)
+      dk = dk + f32("bhqk,bqhd->bkhd", ds.astype(qi.dtype), qi)
+      return (dk, dv), f32("bhqk,bkhd->bqhd", ds.astype(kj.dtype), kj)
+
+    zeros = jnp.zeros(kj.shape, jnp.float32)
+    (dk, dv), dqs = jax.lax.scan(query_chunk, (zeros, zeros),
+                                 (_to_blocks(q, n), _to_blocks(d_out, n), row_max, log_sum,
+                                  delta))
+    return dq + dqs, (dk, dv)
+
+  dq0 = jnp.zeros((n, q.shape[0], block, *q.shape[2:]), jnp.float32)
+  dq, (dk, dv) = jax.lax.scan(key_block, dq0, (_to_blocks(k, n), _to_blocks(v, n),
+                                               _to_blocks(key_mask, n), eb))
+  return (_from_blocks(dq).astype(q.dtype), _from_blocks(dk).astype(k.dtype),
+          _from_blocks(dv).astype(v.dtype), None)
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def _pad_length(x, padded: int, value=0):
+  return jnp.pad(x, [(0, 0), (0, padded - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
+                 constant_values=value)
+
+
+def _no_dropout(implementation: str, dropout_fn) -> None:
+  if dropout_fn is not None:
+    raise ValueError(
+        f"attention={implementation!r} does not support dropout on the attention weights (it never "
+        f"materialises them); set model.dropout_rate=0 or use attention='dense'.")
+
+
+def blockwise_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
+  """Exact attention (the same outputs and gradients as `dense_attention`) in memory linear in L.
+
+  Queries and keys are processed in blocks of `block_size` with a streaming softmax (running max and
+  sum, float32 accumulators); the custom backward recomputes each block's probabilities from the saved
+  logsumexp, so neither pass holds more than one [B, H, block, block] score tile per step. L need not
+  be a multiple of `block_size` (padded internally). A query whose keys are all padding averages all L
+  values uniformly, as in dense. No attention dropout; returns weights=None.
+  """
+  _no_dropout("blockwise", dropout_fn)
+  if block_size <= 0:
+    raise ValueError(f"attention_block_size={block_size} must be positive.")
+  length = q.shape[1]
+  block = min(block_size, length)
+  padded = -(-length // block) * block
+  q, k, v = (_pad_length(x, padded) for x in (q * q.shape[-1] ** -0.5, k, v))
+  out = _flash(q, k, v, _pad_length(key_mask, padded, False), length, block)
+  return out[:, :length], None
+
+
+# ------------------------------------------------------------------------------------------ local
+
+
+def local_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
+  """Block-local attention: query block i sees key blocks i-1, i and i+1 (padded keys excluded).
+
+  Scores are [B, L/block, H, block, 3·block]: linear in L, never L×L. A query that sees no real key
+  in its window averages the values of its window uniformly. No attention dropout; weights=None.
+  """
+  _no_dropout("local", dropout_fn)
+  if block_size <= 0:
+    raise ValueError(f"attention_block_size={block_size} must be positive.")
+  batch, length, heads, dim = q.shape
+  block = min(block_size, length)
+  n = -(-length // block)
+  padded = n * block
+
+  def windows(x):
+    """[B, Lp, ...] → [B, n, 3·block, ...]: each block's previous, own and next block."""
+    x = x.reshape(batch, n, block, *x.shape[2:])
+    x = jnp.pad(x, [(0, 0), (1, 1)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
+
+  q = _pad_length(q * dim ** -0.5, padded).reshape(batch, n, block, heads, dim)
+  k, v = windows(_pad_length(k, padded)), windows(_pad_length(v, padded))
+  mask = windows(_pad_length(key_mask, padded, False))
+  # Static: which window slots hold a real position at all (not the edges, not our length padding).
+  position = np.arange(-block, padded + block).reshape(n + 2, block)
+  exists = (position >= 0) & (position < length)
+  exists = np.concatenate([exists[:-2], exists[1:-1], exists[2:]], axis=1)  # [n, 3·block]
+
+  s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
+  s = jnp.where(mask[:, :, None, None, :], s, _MASKED)
+  # -inf (not _MASKED) so that slots outside the sequence never get weight, even in all-padding rows.
+  s = jnp.where(exists[None, :, None, None, :], s, -jnp.inf)
+  weights = jax.nn.softmax(s, axis=-1)
+  out = jnp.einsum("bnhqk,bnkhd->bnqhd", weights.astype(v.dtype), v)
+  return out.reshape(batch, padded, heads, dim)[:, :length], None
+
+
+# ------------------------------------------------------------------------------------------ cudnn
+
+
+def cudnn_attention(q, k, v, key_mask, *, dropout_fn=None):
+  """cuDNN flash attention (`jax.nn.dot_product_attention(implementation='cudnn')`), GPU only.
+
+  cuDNN takes padding as per-example key lengths, so real tokens must form a prefix of each row
+  (trailing padding, as SequenceModel's inputs have); a mask with holes would be misread. cuDNN runs in
+  float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32.
+  """
+  _no_dropout("cudnn", dropout_fn)
+  backend = jax.default_backend()
+  if backend not in ("gpu", "cuda"):
+    raise ValueError(
+        f"attention='cudnn' needs a CUDA GPU, but JAX's backend is {backend!r}; use "
+        f"attention='blockwise' for exact attention in linear memory on {backend}.")
+  dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
+  lengths = key_mask.sum(-1, dtype=jnp.int32)
+  out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+                                     key_value_seq_lengths=lengths, implementation="cudnn")
+  return out.astype(q.dtype), None
+
+
+# ------------------------------------------------------------------------------------------ dispatch
+
+IMPLEMENTATIONS = ("dense", "blockwise", "local", "cudnn")
+
+
+def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
+           dropout_fn: Callable | None = None):
   """Dispatches to an attention implementation; all take and return the same shapes."""
   if implementation == "dense":
     return dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
+  if implementation == "blockwise":
+    return blockwise_attention(q, k, v, key_mask, block_size=block_size, dropout_fn=dropout_fn)
+  if implementation == "local":
+    return local_attention(q, k, v, key_mask, block_size=block_size, dropout_fn=dropout_fn)
+  if implementation == "cudnn":
+    return cudnn_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
   raise ValueError(f"attention implementation {implementation!r} must be one of {IMPLEMENTATIONS}.")
 
 

@@ -1,0 +1,87 @@
+r"""Attention analysis of a checkpoint: heatmaps, position-code interaction and proximity metrics.
+
+  python -m spt_jax.analysis --run=runs/synthetic_spt/finetune --out=runs/analysis/spt
+  python -m spt_jax.analysis --run=runs/synthetic_scratch/finetune --checkpoint=init --out=...
+
+Writes `attention_layer<l>.png` (mean map per head over the examples), `position_layer<l>.png`
+((P W_Q)(P W_K)ᵀ/√d per head) and `metrics.json` (per layer and head: mean distance, band mass,
+diagonality; the run, checkpoint and split they came from).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+from absl import app, flags
+
+from spt_jax import checkpoints, objectives, train
+from spt_jax.analysis import attention, plots
+from spt_jax.data import tasks
+from spt_jax.data.vocab import PAD_ID
+
+flags.DEFINE_string("run", None, "A phase directory of a run, e.g. runs/x/finetune.")
+flags.DEFINE_string("checkpoint", "best", "best, latest, init or a step number.")
+flags.DEFINE_string("out", None, "Directory for the PNGs and metrics.json.")
+flags.DEFINE_string("split", "val", "Data split the examples come from.")
+flags.DEFINE_integer("num_examples", 16, "Examples to average the maps over.")
+flags.DEFINE_integer("band", 1, "Band |i-j| <= band for the band-mass metric.")
+flags.mark_flags_as_required(["run", "out"])
+FLAGS = flags.FLAGS
+
+
+def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int) -> dict:
+  config_path = os.path.join(run, "config.json")
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{config_path} not found: --run must be a phase directory of a run.")
+  with open(config_path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  phase = os.path.basename(os.path.normpath(run))
+  task = tasks.load(config.data)
+  head = objectives.make(config[phase], task.vocab).head
+  model = train.build_model(config.model, task, head)
+  if model.attention != "dense":
+    model = model.clone(attention="dense")  # Same parameters; dense is the one that keeps the maps.
+  params_dir = checkpoints.resolve_params_dir(run, checkpoint)
+  params = checkpoints.restore_item(params_dir)
+  tokens = task.splits[split]["inputs"][:num_examples].astype(np.int32)
+  maps = [np.asarray(m) for m in attention.attention_maps(model, params, tokens)]
+  mask = tokens != PAD_ID
+  os.makedirs(out, exist_ok=True)
+  result = {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
+            "num_examples": int(len(tokens)), "band": band, "layers": []}
+  real_length = int(mask.sum(1).max())
+  for layer, m in enumerate(maps):
+    per_head = [{k: float(v) for k, v in attention.proximity_metrics(
+        m[:, h], mask, band).items()} for h in range(m.shape[1])]
+    overall = {k: float(v) for k, v in attention.proximity_metrics(
+        m, mask, band).items()}
+    result["layers"].append({"layer": layer, "overall": overall, "heads": per_head})
+    mean_map = m.mean(0)[:, :real_length, :real_length]
+    plots.heatmaps(mean_map, os.path.join(out, f"attention_layer{layer}.png"),
+                   f"{phase} ({checkpoint}) layer {layer}: attention averaged over "
+                   f"{len(tokens)} {split} examples",
+                   labels=[f"head {h}: diag {s['diagonality']:.2f}" for h, s in enumerate(per_head)])
+    if config.model.position == "sinusoidal":
+      interaction = attention.position_interaction(params, layer, real_length)
+      plots.heatmaps(interaction, os.path.join(out, f"position_layer{layer}.png"),
+                     f"{phase} ({checkpoint}) layer {layer}: (P W_Q)(P W_K)^T / sqrt(d)",
+                     symmetric=True)
+  with open(os.path.join(out, "metrics.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  return result
+
+
+def main(argv):
+  del argv
+  result = analyse(FLAGS.run, FLAGS.checkpoint, FLAGS.out, FLAGS.split, FLAGS.num_examples,
+                   FLAGS.band)
+  for layer in result["layers"]:
+    print(f"layer {layer['layer']}: " + ", ".join(f"{k}={v:.3f}" for k, v in layer["overall"].items()))
+  print(f"wrote {FLAGS.out}")
+
+
+if __name__ == "__main__":
+  app.run(main)

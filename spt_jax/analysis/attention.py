@@ -1,0 +1,67 @@
+"""Attention maps from any checkpoint, proximity metrics, and the position-code interaction.
+
+Maps come from the 'intermediates' collection the attention layers `sow` into: the forward pass is the
+same computation as in training (nothing is re-implemented), so the numerics are the model's own.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spt_jax.models.transformer import sinusoidal_encoding
+
+
+def attention_maps(model, params, tokens) -> list[jax.Array]:
+  """Per layer, [B, H, L, L] attention weights (rows: queries) for `tokens` [B, L]."""
+  _, state = model.apply({"params": params}, tokens, train=False, mutable=["intermediates"])
+  encoder = state["intermediates"]["encoder"]
+  layers = sorted((k for k in encoder if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
+  maps = [encoder[k]["attention"]["attention_weights"][0] for k in layers]
+  if model.pooling == "cls":  # Drop the model's own CLS row and column: maps align with the data.
+    maps = [m[..., 1:, 1:] for m in maps]
+  return maps
+
+
+def proximity_metrics(weights, mask=None, band: int = 1) -> dict[str, jax.Array]:
+  """Proximity of attention [..., L, L] over real query rows (mask [..., L], True = real token).
+
+  mean_distance: attention-weighted mean |i - j|.
+  band_mass: attention mass within |i - j| <= band.
+  diagonality: 1 - mean_distance / (the mean distance of uniform attention over the same real keys);
+    1 for attention to self only, 0 for uniform attention, negative for attention that avoids
+    neighbours.
+  """
+  length = weights.shape[-1]
+  i = jnp.arange(length)
+  dist = jnp.abs(i[:, None] - i[None, :]).astype(jnp.float32)
+  if mask is None:
+    mask = jnp.ones(weights.shape[:1] + (length,) if weights.ndim > 2 else (length,), bool)
+  # mask is [B, L] for weights [B, (H,) L, L], or [L] for a single [L, L] map.
+  if weights.ndim > 2:
+    mask = mask.reshape(mask.shape[:1] + (1,) * (weights.ndim - 3) + (length,))
+  query_mask = jnp.broadcast_to(mask, weights.shape[:-1]).astype(jnp.float32)
+  key_mask = mask[..., None, :]
+  mean_distance_rows = (weights * dist).sum(-1)
+  band_rows = (weights * (dist <= band)).sum(-1)
+  keys = jnp.broadcast_to(key_mask, weights.shape).astype(jnp.float32)
+  uniform_rows = (keys * dist).sum(-1) / jnp.maximum(keys.sum(-1), 1)
+  avg = lambda rows: (rows * query_mask).sum() / jnp.maximum(query_mask.sum(), 1)
+  mean_distance, uniform = avg(mean_distance_rows), avg(uniform_rows)
+  return {"mean_distance": mean_distance, "band_mass": avg(band_rows),
+          "diagonality": 1.0 - mean_distance / jnp.maximum(uniform, 1e-9)}
+
+
+def position_interaction(params, layer: int, length: int) -> np.ndarray:
+  """(P W_Q)(P W_K)ᵀ / √d_head per head, [H, L, L], for the sinusoidal codes P (as in the paper).
+
+  It shows what the query-key weights make of absolute positions alone: a band around the diagonal
+  means they have turned absolute codes into a relative (proximity) preference.
+  """
+  attention = params["encoder"][f"layer_{layer}"]["attention"]
+  wq = np.asarray(attention["query"]["kernel"])   # [D, H, Dh]
+  wk = np.asarray(attention["key"]["kernel"])
+  pe = sinusoidal_encoding(length, wq.shape[0])
+  q = np.einsum("ld,dhk->hlk", pe, wq)
+  k = np.einsum("ld,dhk->hlk", pe, wk)
+  return np.einsum("hqk,hlk->hql", q, k) / np.sqrt(wq.shape[-1])

@@ -1,0 +1,61 @@
+"""PNG figures for the analyses (matplotlib with the non-interactive Agg backend)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def heatmaps(maps: np.ndarray, path: str, title: str, *, labels=None, symmetric=False) -> None:
+  """A row of heatmaps, one per leading index of `maps` [N, L, L]."""
+  n = maps.shape[0]
+  fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.2), squeeze=False)
+  for idx, ax in enumerate(axes[0]):
+    m = maps[idx]
+    if symmetric:
+      lim = np.abs(m).max() or 1.0
+      im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim)
+    else:
+      im = ax.imshow(m, cmap="viridis")
+    ax.set_title(labels[idx] if labels else f"head {idx}", fontsize=9)
+    ax.set_xlabel("key position", fontsize=8)
+    ax.set_ylabel("query position", fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def lines(xs, series: dict[str, tuple[np.ndarray, np.ndarray]], path: str, *, xlabel: str,
+          ylabel: str, title: str, logx: bool = False) -> None:
+  """Mean curves with ± std bands: series = {label: (means, stds)}."""
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  for label, (mean, std) in series.items():
+    ax.plot(xs, mean, marker="o", label=label)
+    ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
+  if logx:
+    ax.set_xscale("symlog", linthresh=1)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def bars(names, means, stds, path: str, *, ylabel: str, title: str) -> None:
+  fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(names) + 1.5), 3.8))
+  ax.bar(range(len(names)), means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
+  ax.set_xticks(range(len(names)))
+  ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=10)
+  ax.grid(axis="y", alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

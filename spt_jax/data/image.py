@@ -1,0 +1,78 @@
+"""CIFAR-10 (LRA "Image"): grayscale 32x32 images from TFDS `cifar10` as 1024-pixel sequences.
+
+Splits follow LRA: `train` is TFDS `train[:90%]`, `val` is `train[90%:]`, `test` is `test`. The cut
+is computed as TFDS computes it (`round(90 * n / 100)`, its default "closest" rounding: 45,000 of
+50,000) and taken by index from the data source of the whole `train` split, in TFDS's record order,
+so the slices are the ones `tfds.load(split="train[:90%]")` gives.
+
+Pixels are LRA's `tf.image.rgb_to_grayscale` values (see `rgb_to_grayscale`), flattened row-major.
+Every value 0..255 is a real pixel, black included: there is no padding in this task.
+"""
+from __future__ import annotations
+
+from absl import logging
+import numpy as np
+
+from spt_jax.data import text
+
+TFDS_NAME = "cifar10"
+SPLITS = ("train", "val", "test")
+IMAGE_SHAPE = (32, 32, 3)
+NUM_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+NUM_CLASSES = 10
+TRAIN_PERCENT = 90
+
+# tf.image.rgb_to_grayscale's luma weights, used in float32 as TF uses them.
+_RGB_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], np.float32)
+
+
+def rgb_to_grayscale(images: np.ndarray) -> np.ndarray:
+  """tf.image.rgb_to_grayscale on uint8 [..., 3]: uint8 [...].
+
+  TF converts to float32 in [0, 1] (x * (1/255)), takes the weighted sum, then converts back with
+  `convert_image_dtype`, which multiplies by 255.5 and casts, i.e. truncates: gray =
+  floor(255.5 * luma / 255) in float32, not round(luma). (Rounding would differ by one level on a
+  quarter of all colours.) The sum here is taken in channel order without fused multiply-adds;
+  another float32 order moves at most ~30 of the 2**24 colours by one level.
+  """
+  images = np.asarray(images)
+  if images.dtype != np.uint8 or images.shape[-1:] != (3,):
+    raise ValueError(f"Expected uint8 RGB images [..., 3], got {images.dtype} {images.shape}.")
+  x = images.astype(np.float32) * np.float32(1.0 / 255.0)
+  gray = x[..., 0] * _RGB_WEIGHTS[0] + x[..., 1] * _RGB_WEIGHTS[1] + x[..., 2] * _RGB_WEIGHTS[2]
+  # The weights sum to 0.9999, so the product stays below 256 and the cast cannot wrap.
+  return (gray * np.float32(255.5)).astype(np.uint8)
+
+
+def split_range(split: str, num_train: int) -> range:
+  """Indices into TFDS `train` for train/val (TFDS's percent-slice arithmetic)."""
+  cut = int(round(TRAIN_PERCENT * num_train / 100.0))
+  if split == "train":
+    return range(0, cut)
+  if split == "val":
+    return range(cut, num_train)
+  raise ValueError(f"split_range covers train and val, not {split!r}.")
+
+
+def load_split(split: str, data_dir: str | None = None) -> dict[str, np.ndarray]:
+  """{"pixels": uint8 [N, 1024] grayscale, "labels": int32 [N]}."""
+  if split not in SPLITS:
+    raise ValueError(f"Unknown CIFAR-10 split {split!r}; expected one of {SPLITS}.")
+  tfds_split = "test" if split == "test" else "train"
+  source = text.open_tfds_split(TFDS_NAME, tfds_split, data_dir)
+  indices = range(len(source)) if split == "test" else split_range(split, len(source))
+  pixels = np.empty((len(indices), NUM_PIXELS), np.uint8)
+  labels = np.empty(len(indices), np.int32)
+  for row, index in enumerate(indices):
+    example = source[index]
+    image = np.asarray(example["image"])
+    if image.shape != IMAGE_SHAPE:
+      raise ValueError(f"CIFAR-10 {tfds_split}[{index}]: image shape {image.shape}, expected "
+                       f"{IMAGE_SHAPE}.")
+    pixels[row] = rgb_to_grayscale(image).reshape(NUM_PIXELS)
+    labels[row] = example["label"]
+  if len(labels) and not (labels.min() >= 0 and labels.max() < NUM_CLASSES):
+    raise ValueError(f"CIFAR-10 {split}: labels outside 0..{NUM_CLASSES - 1}.")
+  logging.info("CIFAR-10 %s: %d images from TFDS %s[%d:%d]", split, len(labels), tfds_split,
+               indices.start, indices.stop)
+  return {"pixels": pixels, "labels": labels}

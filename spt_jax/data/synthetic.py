@@ -1,0 +1,85 @@
+"""A synthetic task that isolates the SPT mechanism: the label depends on relative position only.
+
+Background: a first-order Markov chain over `num_background` tokens x0..x{n-1} that steps to the
+cyclic successor (x_i → x_{i+1 mod n}) with probability `p_successor` and to a uniformly random token
+otherwise. A masked token is therefore best predicted from its immediate neighbours, so masked
+reconstruction rewards attention to nearby positions (the proximity pattern of Coser et al.).
+
+Label: every sequence contains exactly one `A` and one `B`, written over the background at random
+positions. Positives have `A` immediately followed by `B`; negatives have them at least two positions
+apart (in either order). Token counts are identical in distribution across the classes, so any
+bag-of-tokens classifier is at chance: the model must compare neighbouring positions, which a
+mean-pooled classifier can only do through its query-key attention.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  num_train: int = 8000
+  num_val: int = 1000
+  num_test: int = 1000
+  length: int = 100
+  num_background: int = 16
+  p_successor: float = 0.8
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.length < 4:
+      raise ValueError(f"synthetic length={self.length} must be >= 4 to place a non-adjacent pair.")
+    if not 0 <= self.p_successor <= 1:
+      raise ValueError(f"synthetic p_successor={self.p_successor} must be in [0, 1].")
+    if self.num_background < 2:
+      raise ValueError(f"synthetic num_background={self.num_background} must be >= 2.")
+
+  @property
+  def vocab(self) -> Vocabulary:
+    return vocabulary(self.num_background)
+
+
+def vocabulary(num_background: int) -> Vocabulary:
+  return Vocabulary(tokens=tuple(f"x{i}" for i in range(num_background)) + ("A", "B"))
+
+
+def generate(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+  """`num` examples: {"inputs": uint8 [num, length] token ids, "labels": int32 [num]} (balanced)."""
+  n, length = spec.num_background, spec.length
+  # Background chain, vectorised over examples.
+  steps = rng.random((num, length)) < spec.p_successor
+  jumps = rng.integers(0, n, (num, length))
+  states = np.empty((num, length), np.int64)
+  states[:, 0] = jumps[:, 0]
+  for t in range(1, length):
+    states[:, t] = np.where(steps[:, t], (states[:, t - 1] + 1) % n, jumps[:, t])
+  tokens = states + NUM_SPECIAL
+  labels = np.zeros(num, np.int32)
+  labels[: num // 2] = 1
+  labels = rng.permutation(labels)
+  # Positives: A at i, B at i + 1. Negatives: B anywhere with |j - i| >= 2.
+  a_pos = rng.integers(0, length - 1, num)
+  b_pos = a_pos + 1
+  neg = labels == 0
+  for idx in np.flatnonzero(neg):
+    i = rng.integers(0, length)
+    allowed = np.setdiff1d(np.arange(length), [i - 1, i, i + 1])
+    a_pos[idx], b_pos[idx] = i, rng.choice(allowed)
+  vocab = spec.vocab
+  rows = np.arange(num)
+  tokens[rows, a_pos] = vocab.id_of("A")
+  tokens[rows, b_pos] = vocab.id_of("B")
+  return {"inputs": tokens.astype(np.uint8), "labels": labels}
+
+
+def load_splits(spec: Spec) -> dict[str, dict[str, np.ndarray]]:
+  sizes = {"train": spec.num_train, "val": spec.num_val, "test": spec.num_test}
+  # One stream per split: changing the size of one split never changes the others.
+  return {s: generate(spec, sizes[s], np.random.default_rng([spec.seed, i]))
+          for i, s in enumerate(SPLITS)}

@@ -1,0 +1,55 @@
+import json
+import os
+
+import numpy as np
+
+from spt_jax.analysis import attention
+from spt_jax.analysis.__main__ import analyse
+
+L = 12
+
+
+def _metrics(weights, mask=None, band=1):
+  return {k: float(v) for k, v in attention.proximity_metrics(weights, mask, band).items()}
+
+
+def test_proximity_metrics_on_hand_built_matrices():
+  identity = _metrics(np.eye(L, dtype=np.float32))
+  assert identity == {"mean_distance": 0.0, "band_mass": 1.0, "diagonality": 1.0}
+  uniform = _metrics(np.full((L, L), 1 / L, np.float32))
+  assert abs(uniform["diagonality"]) < 1e-6
+  assert abs(uniform["band_mass"] - (3 * L - 2) / L**2) < 1e-6
+  i = np.arange(L)
+  banded = (np.abs(i[:, None] - i[None, :]) == 1).astype(np.float32)
+  banded /= banded.sum(1, keepdims=True)
+  b = _metrics(banded)
+  assert abs(b["mean_distance"] - 1.0) < 1e-6 and abs(b["band_mass"] - 1.0) < 1e-6
+  uniform_distance = np.abs(i[:, None] - i[None, :]).mean()
+  assert abs(b["diagonality"] - (1 - 1 / uniform_distance)) < 1e-6
+  anti = np.zeros((L, L), np.float32)
+  anti[i, L - 1 - i] = 1
+  anti[L // 2 - 1, :], anti[L // 2, :] = 0, 0
+  anti[L // 2 - 1, 0], anti[L // 2, L - 1] = 1, 1
+  assert _metrics(anti)["diagonality"] < 0
+
+
+def test_padding_rows_and_keys_are_excluded():
+  weights = np.full((1, 1, L, L), 0.0, np.float32)
+  real = 6
+  weights[0, 0, :, :real] = np.eye(L, real, dtype=np.float32) + 0
+  weights[0, 0, real:, :real] = 1 / real  # padded queries: ignored whatever they hold
+  mask = np.arange(L)[None] < real
+  m = _metrics(weights, mask)
+  assert m["mean_distance"] == 0.0 and m["diagonality"] == 1.0
+
+
+def test_cli_analysis_of_spt_and_scratch_checkpoints(spt_run, tmp_path):
+  workdir = spt_run[0]
+  for phase, checkpoint in (("finetune", "best"), ("finetune", "init"), ("pretrain", "best")):
+    out = tmp_path / f"{phase}_{checkpoint}"
+    result = analyse(os.path.join(workdir, phase), checkpoint, str(out), "val", 4, 1)
+    assert {"attention_layer0.png", "position_layer0.png", "metrics.json"} <= set(os.listdir(out))
+    saved = json.load(open(out / "metrics.json"))
+    assert saved["layers"][0]["overall"] == result["layers"][0]["overall"]
+    assert len(saved["layers"][0]["heads"]) == 2
+    assert -1 <= saved["layers"][0]["overall"]["diagonality"] <= 1

@@ -1,0 +1,125 @@
+"""Memory-efficient attention: the same numbers as dense (or banded dense), in memory linear in L."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spt_jax.models import attention
+from spt_jax.models.transformer import SequenceModel
+
+# float32 throughout; blockwise reorders the softmax sums, so agreement is to rounding, not bitwise.
+TOL = dict(atol=1e-5, rtol=1e-4)
+
+
+def _inputs(length: int, batch: int = 4, heads: int = 2, dim: int = 8, seed: int = 0):
+  """q, k, v, a cotangent, and a key mask with every kind of row: full, trailing padding, holes, empty."""
+  rngs = jax.random.split(jax.random.PRNGKey(seed), 5)
+  q, k, v, cot = (jax.random.normal(r, (batch, length, heads, dim)) for r in rngs[:4])
+  mask = np.asarray(jax.random.bernoulli(rngs[4], 0.7, (batch, length)))
+  mask[0] = True
+  mask[1] = np.arange(length) < max(1, length - 5)
+  mask[3] = False
+  return q, k, v, cot, jnp.asarray(mask)
+
+
+def _grads(fn, q, k, v, cot, row_weight=None):
+  """Outputs and d<out·cot>/d(q, k, v); `row_weight` [B, L] drops rows from the loss."""
+  w = 1.0 if row_weight is None else jnp.asarray(row_weight, jnp.float32)[:, :, None, None]
+  out, vjp = jax.vjp(fn, q, k, v)
+  return out, vjp(cot * w)
+
+
+@pytest.mark.parametrize("length,block_size", [(32, 8), (37, 8), (10, 64)],
+                         ids=["multiple", "not_multiple", "block_larger_than_L"])
+def test_blockwise_matches_dense(length, block_size):
+  q, k, v, cot, mask = _inputs(length)
+  dense = lambda q, k, v: attention.dense_attention(q, k, v, mask)[0]
+  blockwise = lambda q, k, v: attention.attend(q, k, v, mask, implementation="blockwise",
+                                               block_size=block_size)[0]
+  out_d, grads_d = _grads(dense, q, k, v, cot)
+  out_b, grads_b = _grads(blockwise, q, k, v, cot)
+  # Every row, the all-padding one included: blockwise reproduces dense's uniform row there.
+  np.testing.assert_allclose(out_b, out_d, **TOL)
+  for name, g_b, g_d in zip("qkv", grads_b, grads_d):
+    np.testing.assert_allclose(g_b, g_d, **TOL, err_msg=f"d{name}")
+  assert attention.blockwise_attention(q, k, v, mask, block_size=block_size)[1] is None
+
+
+@pytest.mark.parametrize("length,block_size", [(37, 8), (16, 4)])
+def test_local_matches_banded_dense(length, block_size):
+  q, k, v, cot, mask = _inputs(length, seed=1)
+  block = np.arange(length) // block_size
+  band = np.abs(block[:, None] - block[None, :]) <= 1
+  allowed = band[None] & np.asarray(mask)[:, None, :]  # [B, Lq, Lk]
+
+  def banded_dense(q, k, v):
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q * q.shape[-1] ** -0.5, k)
+    scores = jnp.where(allowed[:, None], scores, jnp.finfo(jnp.float32).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+  local = lambda q, k, v: attention.attend(q, k, v, mask, implementation="local",
+                                           block_size=block_size)[0]
+  # A query that sees no real key is defined differently (dense: uniform over all L keys; local:
+  # uniform over its window), so those rows are left out of the comparison and the loss.
+  sees_a_key = allowed.any(-1)
+  assert sees_a_key.sum() > length and not sees_a_key.all()
+  out_d, grads_d = _grads(banded_dense, q, k, v, cot, sees_a_key)
+  out_l, grads_l = _grads(local, q, k, v, cot, sees_a_key)
+  assert np.isfinite(out_l).all()
+  np.testing.assert_allclose(np.asarray(out_l)[sees_a_key], np.asarray(out_d)[sees_a_key], **TOL)
+  for name, g_l, g_d in zip("qkv", grads_l, grads_d):
+    np.testing.assert_allclose(g_l, g_d, **TOL, err_msg=f"d{name}")
+
+
+def test_sequence_model_blockwise_matches_dense():
+  tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(0), (3, 21), 3, 12))
+  tokens[1, 15:] = 0  # trailing padding
+  make = lambda impl, block: SequenceModel(vocab_size=12, max_length=21, head="mlm", num_layers=2,
+                                           d_model=16, num_heads=2, d_ff=32, attention=impl,
+                                           attention_block_size=block)
+  params = make("dense", 8).init(jax.random.PRNGKey(1), tokens)["params"]
+  dense = make("dense", 8).apply({"params": params}, tokens)
+  np.testing.assert_allclose(make("blockwise", 8).apply({"params": params}, tokens), dense, **TOL)
+  # A local window wider than the sequence is plain attention.
+  np.testing.assert_allclose(make("local", 32).apply({"params": params}, tokens), dense, **TOL)
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="cudnn is available on GPU")
+def test_cudnn_off_gpu_names_backend_and_alternative():
+  q, k, v, _, mask = _inputs(8)
+  with pytest.raises(ValueError, match=rf"backend is '{jax.default_backend()}'.*blockwise"):
+    attention.attend(q, k, v, mask, implementation="cudnn", block_size=4)
+
+
+@pytest.mark.parametrize("implementation", ["blockwise", "local", "cudnn"])
+def test_attention_dropout_is_rejected(implementation):
+  q, k, v, _, mask = _inputs(8)
+  with pytest.raises(ValueError, match="dropout"):
+    attention.attend(q, k, v, mask, implementation=implementation, block_size=4,
+                     dropout_fn=lambda w: w)
+
+
+def test_unknown_implementation():
+  q, k, v, _, mask = _inputs(8)
+  with pytest.raises(ValueError, match="must be one of"):
+    attention.attend(q, k, v, mask, implementation="flash", block_size=4)
+
+
+def _train_temp_bytes(implementation: str, length: int) -> int:
+  """XLA's temp buffer for value_and_grad of one attention call, from the compiled program."""
+  x = jax.ShapeDtypeStruct((1, length, 1, 16), jnp.float32)
+  mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
+  loss = lambda q, k, v, m: attention.attend(q, k, v, m, implementation=implementation,
+                                             block_size=128)[0].sum()
+  step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+  return step.lower(x, x, x, mask).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_memory_is_linear_in_length():
+  ratio = {impl: _train_temp_bytes(impl, 2048) / _train_temp_bytes(impl, 512)
+           for impl in ("dense", "blockwise", "local")}
+  assert ratio["dense"] > 12, ratio  # L×L scores: ~16x for 4x the length
+  assert ratio["blockwise"] < 5, ratio
+  assert ratio["local"] < 5, ratio
