@@ -20,6 +20,8 @@ setup(
         "numpy>=2.0",
         "tqdm>=4.66",          # progress bars with rate and ETA
         "tensorboardX>=2.6",   # TensorBoard event files without TensorFlow
+        "pillow>=10",          # Pathfinder PNGs (read and generated)
+        "matplotlib>=3.8",     # attention heatmaps, sweep and theory plots
     ],
     extras_require={
         "test": ["pytest>=8"],

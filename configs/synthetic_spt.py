@@ -3,6 +3,9 @@ r"""Synthetic proximity task with self-pretraining: the mechanism study's 1-laye
   python main.py --config=configs/synthetic_spt.py --workdir=runs/synthetic_spt
   python main.py --config=configs/synthetic_spt.py:smoke --workdir=/tmp/syn_smoke
   python main.py --config=configs/synthetic_spt.py --workdir=runs/syn_2l --config.model.num_layers=2
+  python main.py --config=configs/synthetic_spt.py --workdir=W --config.pretrain.data=pretrain_data
+  (the last pretrains on another Markov chain, `config.pretrain_data`, then fine-tunes on config.data;
+  the `cpu` variant shortens both phases for the sweeps in configs/sweeps/)
 
 Setting: Coser et al. (2026), "Towards Understanding Self-Pretraining for Sequence Classification":
 1-layer Transformer, additive sinusoidal position codes, mean pooling, length 100, binary labels. Their
@@ -19,6 +22,8 @@ def get_config(arg=None):
   config.seed = 0
   config.phases = "pretrain,finetune"
   config.data = config_lib.synthetic_data()
+  # Other data of the same vocabulary, for cross-data SPT: --config.pretrain.data=pretrain_data.
+  config.pretrain_data = config_lib.synthetic_data(seed=1, p_successor=0.5)
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
   config.pretrain = config_lib.phase_config(
       "mlm", mask_rate=0.15, learning_rate=1e-3, num_epochs=10.0, warmup_steps=250,

@@ -17,7 +17,8 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
       num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout_rate=0.0,
       position="sinusoidal", pooling="mean", activation="gelu", dtype="float32",
       attention="dense",            # see spt_jax.models.attention.IMPLEMENTATIONS
-      attention_block_size=512))
+      attention_block_size=512,
+      pair_features="uvmd"))        # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
   c.update(overrides)
   return c
 
@@ -26,8 +27,11 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
   """One training phase (pretraining or fine-tuning)."""
   c = ml_collections.ConfigDict(dict(
       objective=objective,          # 'mlm' (SPT) or 'classification'
-      mask_rate=0.1,                # mlm only: probability that a real token is masked
+      data="",                      # '' = config.data; else the name of another top-level data section
+                                    # (cross-task SPT, e.g. pretrain on 'pretrain_data')
+      mask_rate=0.1,                # mlm only: probability that a real token (or pixel) is masked
       bert_mix=False,               # mlm only: BERT's 80/10/10 replacement instead of always <mask>
+      pixel_loss="l1",              # mlm on pixels: 'l1' (normalised value, R²) or 'ce' (256-way)
       batch_size=32,                # global batch, split over all devices
       eval_batch_size=0,            # 0: same as batch_size
       num_epochs=1.0,               # used when num_steps == 0
@@ -89,6 +93,7 @@ def validate(config, device_count: int) -> None:
   _one_of(m.activation, tuple(transformer.ACTIVATIONS), "model.activation")
   _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
   _one_of(m.attention, attention.IMPLEMENTATIONS, "model.attention")
+  _one_of(m.pair_features, tuple(transformer.PAIR_FEATURES), "model.pair_features")
   for key in ("num_layers", "d_model", "num_heads", "d_ff"):
     _positive(m[key], f"model.{key}")
   if m.d_model % m.num_heads:
@@ -104,6 +109,10 @@ def validate(config, device_count: int) -> None:
     p = config[name]
     _one_of(p.objective, objectives.OBJECTIVES, f"{name}.objective")
     _one_of(p.schedule, optim.SCHEDULES, f"{name}.schedule")
+    _one_of(p.pixel_loss, objectives.PIXEL_LOSSES, f"{name}.pixel_loss")
+    if p.data and (p.data not in config or "task" not in config[p.data]):
+      raise ValueError(f"config.{name}.data={p.data!r} must name a top-level data section of the "
+                       f"config (one with a 'task' field), e.g. config.pretrain_data.")
     if p.objective == "mlm" and not 0 < p.mask_rate < 1:
       raise ValueError(f"config.{name}.mask_rate={p.mask_rate} must be in (0, 1).")
     for key in ("batch_size", "learning_rate", "log_every_steps", "eval_every_steps",
@@ -137,6 +146,39 @@ def listops_data(**generator_overrides) -> ml_collections.ConfigDict:
       generate=True,                # generate the data when the files are absent
       max_length=2000,
       generator=generator))
+
+
+def text_data(**overrides) -> ml_collections.ConfigDict:
+  """IMDB reviews at byte level from TFDS (prepared in array_record format under `data_dir`)."""
+  c = ml_collections.ConfigDict(dict(task="text", data_dir="", max_length=4096))
+  c.update(overrides)
+  return c
+
+
+def retrieval_data(**overrides) -> ml_collections.ConfigDict:
+  """AAN document pairs from the LRA release (`data_dir` holds tsv_data/), bytes, per document."""
+  c = ml_collections.ConfigDict(dict(task="retrieval", data_dir="", max_length=4000))
+  c.update(overrides)
+  return c
+
+
+def image_data(**overrides) -> ml_collections.ConfigDict:
+  """CIFAR-10 from TFDS, grayscale, 1024 pixels; 'pixels' (continuous) or 'tokens' (LRA)."""
+  c = ml_collections.ConfigDict(dict(task="image", data_dir="", representation="pixels",
+                                     max_length=1024))
+  c.update(overrides)
+  return c
+
+
+def pathfinder_data(resolution: int = 32, **overrides) -> ml_collections.ConfigDict:
+  """Pathfinder (resolution 32) or Path-X (128): official files if `data_dir`, else generated."""
+  c = ml_collections.ConfigDict(dict(
+      task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
+      resolution=resolution, difficulty="hard", representation="pixels",
+      max_length=resolution * resolution,
+      generator=ml_collections.ConfigDict(dict(num_images=200_000, seed=0))))
+  c.update(overrides)
+  return c
 
 
 def synthetic_data(**overrides) -> ml_collections.ConfigDict:
@@ -176,7 +218,98 @@ def listops_finetune() -> ml_collections.ConfigDict:
 
 
 def apply_variant(config, arg, filename: str) -> None:
+  known = ("smoke", "cpu") if config.data.task == "synthetic" else ("smoke",)
   if arg == "smoke":
     smoke(config)
+  elif arg == "cpu" and "cpu" in known:
+    # Sweep-sized: fine-tuning stops at 1500 steps, where SPT and scratch differ most (docs).
+    config.finetune.num_steps = 1500
+    if "pretrain" in config:
+      config.pretrain.num_epochs = 2.0
   elif arg:
-    raise ValueError(f"Unknown variant {arg!r} for {filename}; known variants: 'smoke'.")
+    raise ValueError(f"Unknown variant {arg!r} for {filename}; known variants: {known}.")
+
+
+# Amos et al. (ICLR 2024), App. C, Transformer settings per LRA task (the brief's table): model size,
+# batch, epochs and learning rates for pretraining (PT) and fine-tuning (FT), masking rate, pooling.
+# Warmup lengths are not given in the paper; 1000 steps is ours.
+LRA = {
+    "text": dict(data=text_data, model=dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048),
+                 mask_rate=0.15, batch=(32, 32), epochs=(32, 65), lr=(5e-4, 1e-4), pooling="mean"),
+    "retrieval": dict(data=retrieval_data,
+                      model=dict(num_layers=4, d_model=128, num_heads=4, d_ff=512),
+                      mask_rate=0.15, batch=(32, 32), epochs=(32, 32), lr=(5e-3, 5e-4),
+                      pooling="mean"),
+    "image": dict(data=image_data, model=dict(num_layers=3, d_model=64, num_heads=4, d_ff=128),
+                  mask_rate=0.5, batch=(32, 50), epochs=(50, 200), lr=(1e-3, 1e-3), pooling="max"),
+    "pathfinder": dict(data=pathfinder_data,
+                       model=dict(num_layers=4, d_model=128, num_heads=8, d_ff=128),
+                       mask_rate=0.5, batch=(32, 32), epochs=(50, 200), lr=(1e-3, 5e-4),
+                       pooling="mean"),
+    "pathx": dict(data=lambda: pathfinder_data(128),
+                  model=dict(num_layers=4, d_model=128, num_heads=4, d_ff=128,
+                             attention="local", attention_block_size=4096),
+                  mask_rate=0.5, batch=(32, 32), epochs=(200, 200), lr=(5e-4, 5e-4),
+                  pooling="max"),
+}
+
+# Tiny shapes for the `smoke` variants (each run well under a minute on 2 CPU cores).
+_SMOKE_DATA = {
+    "text": dict(max_length=256),
+    "retrieval": dict(max_length=128),
+    "image": dict(),
+    "pathfinder": dict(generator=dict(num_images=300, seed=0)),
+    "pathx": dict(generator=dict(num_images=24, seed=0)),
+}
+
+
+def lra_config(task: str, with_spt: bool, arg=None) -> ml_collections.ConfigDict:
+  """The SPT (pretrain → finetune) or from-scratch (finetune) config of an LRA task."""
+  variants = set(filter(None, (arg or "").split(",")))
+  known = {"smoke"} | ({"from_pathfinder"} if task == "image" and with_spt else set())
+  if variants - known:
+    raise ValueError(f"Unknown variant(s) {sorted(variants - known)} for the {task} config; known: "
+                     f"{sorted(known)} (combine with commas, e.g. 'smoke,from_pathfinder').")
+  s = LRA[task]
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.phases = "pretrain,finetune" if with_spt else "finetune"
+  config.data = s["data"]()
+  config.model = transformer_config(pooling=s["pooling"], **s["model"])
+  (pt_batch, ft_batch), (pt_epochs, ft_epochs), (pt_lr, ft_lr) = s["batch"], s["epochs"], s["lr"]
+  if with_spt:
+    config.pretrain = phase_config("mlm", mask_rate=s["mask_rate"], batch_size=pt_batch,
+                                   num_epochs=float(pt_epochs), learning_rate=pt_lr)
+  config.finetune = phase_config("classification", batch_size=ft_batch,
+                                 num_epochs=float(ft_epochs), learning_rate=ft_lr)
+  if with_spt:
+    config.finetune.init_from.update(source="pretrain", checkpoint="best", include=(".*",),
+                                     exclude=("mlm_head/.*",))
+  if "from_pathfinder" in variants:
+    # Cross-task SPT (Coser et al.): pretrain on Pathfinder pixels, fine-tune on CIFAR-10 pixels.
+    config.pretrain_data = pathfinder_data(32)
+    config.pretrain.data = "pretrain_data"
+  if "smoke" in variants:
+    smoke_lra(config, task)
+  return config
+
+
+def smoke_lra(config, task: str) -> None:
+  overrides = _SMOKE_DATA[task]
+  generator = overrides.get("generator")
+  config.data.update({k: v for k, v in overrides.items() if k != "generator"})
+  if generator:
+    config.data.generator.update(generator)
+  if task == "retrieval":
+    import os
+    config.data.data_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                        "tests", "fixtures", "lra_release")
+  if "pretrain_data" in config:
+    config.pretrain_data.generator.update(_SMOKE_DATA["pathfinder"]["generator"])
+  block = dict(attention_block_size=1024) if task == "pathx" else {}
+  config.model.update(num_layers=1, d_model=32, num_heads=2, d_ff=64, **block)
+  batch = 2 if task in ("pathx", "retrieval") else 8  # the bundled AAN fixture has 4 training pairs
+  for name in phase_names(config):
+    config[name].update(num_steps=6 if task == "pathx" else 20, batch_size=batch, warmup_steps=2,
+                        log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10,
+                        max_eval_batches=4)

@@ -29,10 +29,15 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
                 "eval_batch_size")
 
 
+def data_section(config, phase: str) -> str:
+  """The top-level config section holding phase `phase`'s data (cross-task SPT uses another one)."""
+  return config[phase].data or "data"
+
+
 def _phase_view(config, name: str) -> dict:
   """The part of the config that determines phase `name`'s results, flattened to dotted keys."""
-  view = {"seed": config.seed, "data": config.data.to_dict(), "model": config.model.to_dict(),
-          name: config[name].to_dict()}
+  view = {"seed": config.seed, "data": config[data_section(config, name)].to_dict(),
+          "model": config.model.to_dict(), name: config[name].to_dict()}
 
   def flat(d, prefix=""):
     for k, v in d.items():
@@ -58,12 +63,37 @@ def check_workdir_config(config, name: str, phase_dir: str) -> None:
                      f"--workdir (nothing was changed):\n  " + "\n  ".join(diff))
 
 
+def check_transfer_compatible(config, names) -> None:
+  """A phase initialised from another phase of the run must see data of the same kind and vocabulary
+  (cross-task SPT works when they agree, e.g. Pathfinder pixels → CIFAR-10 pixels)."""
+  for name in names:
+    source = config[name].init_from.source
+    if source not in names:
+      continue
+    a = tasks.signature(config[data_section(config, source)])
+    b = tasks.signature(config[data_section(config, name)])
+    problems = []
+    if a["input_kind"] != b["input_kind"]:
+      problems.append(f"input kinds differ ({a['input_kind']} vs {b['input_kind']})")
+    elif a["vocab"] != b["vocab"]:
+      problems.append(f"vocabularies differ ({len(a['vocab'])} tokens {a['vocab'][:5]}... vs "
+                      f"{len(b['vocab'])} tokens {b['vocab'][:5]}...)")
+    if config.model.position == "learned" and a["max_length"] != b["max_length"]:
+      problems.append(f"learned position tables differ in length ({a['max_length']} vs "
+                      f"{b['max_length']}); use position='sinusoidal' or equal lengths")
+    if problems:
+      raise ValueError(f"Phase {name!r} cannot start from phase {source!r}: {a['task']} data "
+                       f"({data_section(config, source)}) and {b['task']} data "
+                       f"({data_section(config, name)}): " + "; ".join(problems) + ".")
+
+
 def run(config, workdir: str) -> dict:
   config_lib.validate(config, jax.device_count())
   names = config_lib.phase_names(config)
+  check_transfer_compatible(config, names)
   os.makedirs(workdir, exist_ok=True)
   mesh = make_mesh()
-  results, task = {}, None
+  results, loaded = {}, {}
   for name in names:
     check_workdir_config(config, name, os.path.join(workdir, name))
   for name in names:
@@ -73,8 +103,10 @@ def run(config, workdir: str) -> dict:
         results[name] = json.load(f)
       logging.info("[%s] already finished (%s); not re-running it.", name, done)
       continue
-    task = task or tasks.load(config.data)
-    results[name] = train.train_phase(config, name, task, workdir, mesh)
+    section = data_section(config, name)
+    if section not in loaded:  # Each data section is loaded once, however many phases use it.
+      loaded[section] = tasks.load(config[section])
+    results[name] = train.train_phase(config, name, loaded[section], workdir, mesh)
     write_json(os.path.join(workdir, "results.json"), results)
   write_json(os.path.join(workdir, "results.json"), results)
   return results

@@ -1,8 +1,9 @@
 """Training objectives: masked-token prediction (SPT) and sequence classification.
 
 An objective maps (apply_fn, params, batch, rng) to a scalar loss and metrics. Metrics are returned as
-(numerator, denominator) pairs so that evaluation can sum them over batches and divide once: that counts
-every example (or masked token) exactly once however the data is batched, padded or sharded.
+tuples of sums (by default (numerator, denominator)) so that evaluation can sum them over batches and
+finish once with `objective.summarize`: that counts every example (or masked position) exactly once
+however the data is batched, padded or sharded.
 Batches are dicts with `inputs` [B, L] int, `labels` [B] int and `weights` [B] float (0 for padding
 examples that only fill the last evaluation batch).
 """
@@ -17,13 +18,24 @@ import optax
 from spt_jax import masking
 
 
-def ratio(metrics: dict) -> dict[str, float]:
-  """{name: (numerator, denominator)} → {name: numerator / denominator}."""
-  return {k: float(n) / max(float(d), 1e-12) for k, (n, d) in metrics.items()}
+def ratio(metrics: dict) -> dict:
+  """{name: (numerator, denominator)} → {name: numerator / denominator} (jnp or numpy)."""
+  return {k: n / jnp.maximum(d, 1e-12) for k, (n, d) in metrics.items()}
+
+
+def _example_weights(batch, like):
+  """[B] example weights broadcast against per-position arrays [B, ...]."""
+  w = batch["weights"]
+  return w.reshape(w.shape + (1,) * (like.ndim - 1))
+
+
+class _Objective:
+  def summarize(self, sums: dict) -> dict:
+    return ratio(sums)
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskedTokenPrediction:
+class MaskedTokenPrediction(_Objective):
   """Cross-entropy on the masked positions only; pads are never masked or scored."""
   mask_rate: float
   bert_mix: bool
@@ -35,7 +47,7 @@ class MaskedTokenPrediction:
   def __call__(self, apply_fn, params, batch, rng, *, train: bool):
     mask_rng, corrupt_rng, dropout_rng = jax.random.split(rng, 3)
     tokens = batch["inputs"]
-    mask = masking.draw_mask(mask_rng, tokens, self.mask_rate) & (batch["weights"][:, None] > 0)
+    mask = masking.draw_mask(mask_rng, tokens, self.mask_rate) & (_example_weights(batch, tokens) > 0)
     inputs = masking.corrupt(corrupt_rng, tokens, mask, bert_mix=self.bert_mix,
                              first_regular_id=self.first_regular_id, vocab_size=self.vocab_size)
     logits = apply_fn({"params": params}, inputs, train=train, rngs={"dropout": dropout_rng})
@@ -54,7 +66,59 @@ class MaskedTokenPrediction:
 
 
 @dataclasses.dataclass(frozen=True)
-class Classification:
+class MaskedPixelPrediction(_Objective):
+  """Amos et al.'s pixel SPT: masked pixels are zeroed and flagged in a second input channel; the
+  head predicts the normalised value (L1 loss; R² reported and used to select the checkpoint) or the
+  raw 8-bit value (256-way cross-entropy; accuracy). Loss on masked positions only."""
+  mask_rate: float
+  loss: str = "l1"
+  head: str = "mlm"
+
+  @property
+  def selection_metric(self) -> str:
+    return "r2" if self.loss == "l1" else "accuracy"
+
+  @property
+  def outputs(self) -> int:
+    return 1 if self.loss == "l1" else 256
+
+  def __call__(self, apply_fn, params, batch, rng, *, train: bool):
+    mask_rng, dropout_rng = jax.random.split(rng)
+    pixels = batch["inputs"]
+    mask = jax.random.bernoulli(mask_rng, self.mask_rate, pixels.shape) & (
+        _example_weights(batch, pixels) > 0)
+    out = apply_fn({"params": params}, pixels, train=train, pixel_mask=mask,
+                   rngs={"dropout": dropout_rng})
+    return self.loss_from_outputs(out, pixels, mask)
+
+  def loss_from_outputs(self, out, pixels, mask):
+    w = mask.astype(jnp.float32)
+    n = w.sum()
+    if self.loss == "l1":
+      target = pixels.astype(jnp.float32) / 255.0
+      err = out[..., 0].astype(jnp.float32) - target
+      l1 = (jnp.abs(err) * w).sum()
+      metrics = {"loss": (l1, n), "r2": ((err**2 * w).sum(), (target * w).sum(),
+                                         (target**2 * w).sum(), n)}
+      return l1 / jnp.maximum(n, 1.0), metrics
+    ce = optax.softmax_cross_entropy_with_integer_labels(out.astype(jnp.float32),
+                                                         pixels.astype(jnp.int32))
+    correct = ((out.argmax(-1) == pixels) * w).sum()
+    return (ce * w).sum() / jnp.maximum(n, 1.0), {"loss": ((ce * w).sum(), n),
+                                                   "accuracy": (correct, n)}
+
+  def summarize(self, sums: dict) -> dict:
+    out = ratio({k: v for k, v in sums.items() if k != "r2"})
+    if "r2" in sums:
+      sse, s, s2, n = sums["r2"]
+      # R² = 1 − SSE/SST over all masked pixels seen, with SST from the same running sums.
+      sst = s2 - s * s / jnp.maximum(n, 1.0)
+      out["r2"] = 1.0 - sse / jnp.maximum(sst, 1e-12)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification(_Objective):
   head: str = "classifier"
   selection_metric: str = "accuracy"
 
@@ -69,9 +133,12 @@ class Classification:
 
 
 OBJECTIVES = ("mlm", "classification")
+PIXEL_LOSSES = ("l1", "ce")
 
 
-def make(phase_config, vocab):
+def make(phase_config, vocab, input_kind: str = "tokens"):
+  if phase_config.objective == "mlm" and input_kind == "pixels":
+    return MaskedPixelPrediction(mask_rate=phase_config.mask_rate, loss=phase_config.pixel_loss)
   if phase_config.objective == "mlm":
     return MaskedTokenPrediction(mask_rate=phase_config.mask_rate, bert_mix=phase_config.bert_mix,
                                  first_regular_id=vocab.first_regular_id, vocab_size=vocab.size)

@@ -38,9 +38,11 @@ class TrainState:
   opt_state: Any
 
 
-def build_model(model_cfg, task: TaskData, head: str) -> SequenceModel:
+def build_model(model_cfg, task: TaskData, objective) -> SequenceModel:
   return SequenceModel(
-      vocab_size=task.vocab.size, max_length=task.max_length, head=head,
+      vocab_size=task.vocab.size, max_length=task.max_length, head=objective.head,
+      input_kind=task.input_kind, mlm_outputs=getattr(objective, "outputs", 0),
+      pair_features=model_cfg.pair_features,
       num_classes=task.num_classes, pooling=model_cfg.pooling, num_layers=model_cfg.num_layers,
       d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
       dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
@@ -78,7 +80,7 @@ def make_steps(model, objective, tx, trainable, mesh):
     # Frozen leaves have no say in the reported gradient norm (nor in clipping, see optim.py).
     grad_sq = sum(jnp.sum(jnp.square(g)) for g, t in
                   zip(jax.tree.leaves(grads), jax.tree.leaves(trainable)) if t)
-    out = {k: n / jnp.maximum(d, 1e-12) for k, (n, d) in metrics.items()}
+    out = objective.summarize(metrics)
     out["loss"] = loss
     out["grad_norm"] = jnp.sqrt(grad_sq)
     return TrainState(state.step + 1, params, opt_state), out
@@ -100,7 +102,7 @@ def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
-def evaluate_split(eval_step, params, arrays, cfg, rng, sharding) -> dict[str, float]:
+def evaluate_split(eval_step, objective, params, arrays, cfg, rng, sharding) -> dict[str, float]:
   """Exact metrics over a whole split: numerators and denominators summed, then divided once."""
   batch_size = cfg.eval_batch_size or cfg.batch_size
   totals = None
@@ -113,7 +115,7 @@ def evaluate_split(eval_step, params, arrays, cfg, rng, sharding) -> dict[str, f
     # across steps and the best-checkpoint choice is reproducible.
     m = eval_step(params, to_global(batch, sharding), jax.random.fold_in(rng, i))
     totals = m if totals is None else jax.tree.map(jnp.add, totals, m)
-  return objectives.ratio(jax.device_get(totals))
+  return {k: float(v) for k, v in objective.summarize(jax.device_get(totals)).items()}
 
 
 def _check_finite(history: list[dict], first_step: int, phase: str, last_ckpt) -> None:
@@ -138,13 +140,13 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   train_arrays = task.splits["train"]
   num_train = pipeline.num_examples(train_arrays)
   steps = total_steps(cfg, num_train)
-  objective = objectives.make(cfg, task.vocab)
-  model = build_model(config.model, task, objective.head)
+  objective = objectives.make(cfg, task.vocab, task.input_kind)
+  model = build_model(config.model, task, objective)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
   scale_rng = jax.random.fold_in(init_rng, 1)
 
   # ---------------------------------------------------------------- Parameters and optimiser
-  dummy = jnp.zeros((1, task.max_length), jnp.int32)
+  dummy = jnp.zeros((1,) + task.splits["train"]["inputs"].shape[1:], jnp.int32)
   params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
   ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
   resuming = ckpts.latest_step() is not None
@@ -201,7 +203,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   selection = objective.selection_metric
 
   def evaluate(params, split):
-    return evaluate_split(eval_step, params, task.splits[split], cfg, eval_rng, batch_sharding)
+    return evaluate_split(eval_step, objective, params, task.splits[split], cfg, eval_rng,
+                          batch_sharding)
 
   track_attention = cfg.attention_metrics_every_steps > 0 and model.attention == "dense"
   if cfg.attention_metrics_every_steps > 0 and not track_attention:
@@ -209,13 +212,16 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   if track_attention:
     probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
     probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
+    # Maps come per encoded sequence ([2B, ...] for document pairs); pixels are never padding.
+    flat_probe = probe.reshape(-1, probe.shape[-1])
+    probe_mask = flat_probe != 0 if task.input_kind == "tokens" else jnp.ones(flat_probe.shape, bool)
 
     @jax.jit
     def attention_metrics(params):
       maps = attention_analysis.attention_maps(model, params, probe)
       out = {}
       for layer, m in enumerate(maps):
-        for key, value in attention_analysis.proximity_metrics(m, probe != 0).items():
+        for key, value in attention_analysis.proximity_metrics(m, probe_mask).items():
           out[f"layer{layer}/{key}"] = value
       return out
 

@@ -14,21 +14,26 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 
 
 def _inputs(length: int, batch: int = 4, heads: int = 2, dim: int = 8, seed: int = 0):
-  """q, k, v, a cotangent, and a key mask with every kind of row: full, trailing padding, holes, empty."""
-  rngs = jax.random.split(jax.random.PRNGKey(seed), 5)
-  q, k, v, cot = (jax.random.normal(r, (batch, length, heads, dim)) for r in rngs[:4])
-  mask = np.asarray(jax.random.bernoulli(rngs[4], 0.7, (batch, length)))
+  """q, k, v, a cotangent and a key mask with every kind of row: full, padded, holey, empty."""
+  rng = np.random.default_rng(seed)
+  q, k, v, cot = rng.standard_normal((4, batch, length, heads, dim), np.float32)
+  mask = rng.random((batch, length)) < 0.7
   mask[0] = True
   mask[1] = np.arange(length) < max(1, length - 5)
   mask[3] = False
-  return q, k, v, cot, jnp.asarray(mask)
+  return q, k, v, cot, mask
 
 
 def _grads(fn, q, k, v, cot, row_weight=None):
   """Outputs and d<out·cot>/d(q, k, v); `row_weight` [B, L] drops rows from the loss."""
-  w = 1.0 if row_weight is None else jnp.asarray(row_weight, jnp.float32)[:, :, None, None]
-  out, vjp = jax.vjp(fn, q, k, v)
-  return out, vjp(cot * w)
+  w = 1.0 if row_weight is None else np.asarray(row_weight, np.float32)[:, :, None, None]
+
+  @jax.jit  # One compilation instead of op-by-op dispatch: most of this file's runtime otherwise.
+  def run(q, k, v):
+    out, vjp = jax.vjp(fn, q, k, v)
+    return out, vjp(cot * w)
+
+  return run(q, k, v)
 
 
 @pytest.mark.parametrize("length,block_size", [(32, 8), (37, 8), (10, 64)],
@@ -74,16 +79,17 @@ def test_local_matches_banded_dense(length, block_size):
 
 
 def test_sequence_model_blockwise_matches_dense():
-  tokens = np.asarray(jax.random.randint(jax.random.PRNGKey(0), (3, 21), 3, 12))
+  tokens = np.random.default_rng(0).integers(3, 12, (3, 21))
   tokens[1, 15:] = 0  # trailing padding
-  make = lambda impl, block: SequenceModel(vocab_size=12, max_length=21, head="mlm", num_layers=2,
+  make = lambda impl, block: SequenceModel(vocab_size=12, max_length=21, head="mlm", num_layers=1,
                                            d_model=16, num_heads=2, d_ff=32, attention=impl,
                                            attention_block_size=block)
-  params = make("dense", 8).init(jax.random.PRNGKey(1), tokens)["params"]
-  dense = make("dense", 8).apply({"params": params}, tokens)
-  np.testing.assert_allclose(make("blockwise", 8).apply({"params": params}, tokens), dense, **TOL)
+  params = jax.jit(make("dense", 8).init)(jax.random.PRNGKey(1), tokens)["params"]
+  logits = lambda impl, block: jax.jit(make(impl, block).apply)({"params": params}, tokens)
+  dense = logits("dense", 8)
+  np.testing.assert_allclose(logits("blockwise", 8), dense, **TOL)
   # A local window wider than the sequence is plain attention.
-  np.testing.assert_allclose(make("local", 32).apply({"params": params}, tokens), dense, **TOL)
+  np.testing.assert_allclose(logits("local", 32), dense, **TOL)
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="cudnn is available on GPU")

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from spt_jax import experiment, train, tree
+from spt_jax import experiment, objectives, train, tree
 from spt_jax.data import tasks
 
 
@@ -58,7 +58,7 @@ def test_finetune_starts_from_the_pretrained_encoder_bitwise(spt_run):
 def _fresh_finetune_init(workdir):
   config = ml_collections.ConfigDict(json.load(open(os.path.join(workdir, "finetune/config.json"))))
   task = tasks.load(config.data)
-  model = train.build_model(config.model, task, "classifier")
+  model = train.build_model(config.model, task, objectives.Classification())
   init_rng = jax.random.split(train.phase_rng(config.seed, "finetune"), 3)[0]
   return tree.flatten(model.init(init_rng, np.zeros((1, task.max_length), np.int32))["params"])
 

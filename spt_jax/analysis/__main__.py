@@ -40,15 +40,15 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
     config = ml_collections.ConfigDict(json.load(f))
   phase = os.path.basename(os.path.normpath(run))
   task = tasks.load(config.data)
-  head = objectives.make(config[phase], task.vocab).head
-  model = train.build_model(config.model, task, head)
+  objective = objectives.make(config[phase], task.vocab, task.input_kind)
+  model = train.build_model(config.model, task, objective)
   if model.attention != "dense":
     model = model.clone(attention="dense")  # Same parameters; dense is the one that keeps the maps.
   params_dir = checkpoints.resolve_params_dir(run, checkpoint)
   params = checkpoints.restore_item(params_dir)
   tokens = task.splits[split]["inputs"][:num_examples].astype(np.int32)
   maps = [np.asarray(m) for m in attention.attention_maps(model, params, tokens)]
-  mask = tokens != PAD_ID
+  mask = tokens != PAD_ID if task.input_kind == "tokens" else np.ones(tokens.shape, bool)
   os.makedirs(out, exist_ok=True)
   result = {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
             "num_examples": int(len(tokens)), "band": band, "layers": []}

@@ -45,10 +45,11 @@ SPLITS = ("train", "val", "test")
 # (cache_name) never serve images drawn by an older algorithm.
 _GENERATOR_VERSION = 1
 
-# LRA's per-resolution settings: (marker_radius, dash_thickness, margin, distractor budget,
-# continuity). The dash length (not an LRA setting here: LRA's dashes have gaps, ours abut) and the
-# clearance are ours, chosen so that two 14-dash targets plus distractors fit with few restarts.
-# 256 is not among the brief's LRA settings: it is 128 scaled by 2 (same counts, spatial x2).
+# LRA's per-resolution settings: marker radius, dash thickness (line width), margin, distractor
+# budget (distractors = budget / (contour_length / 3)) and continuity. The dash length (res / 16:
+# two 14-dash targets span most of the image yet fit beside the distractors with few restarts) and
+# the clearance are ours; LRA's dashes have gaps, ours abut. 256 is not among the settings we
+# follow: it is 128 scaled by 2 (same counts, every length doubled).
 _LRA_DRAWING = {
     32: dict(marker_radius=1.5, dash_thickness=0.5, margin=1, budget=20, continuity=1.0,
              dash_length=2.0, clearance=1),
@@ -105,6 +106,11 @@ class Drawing:
   num_clutter: int
   continuity: float
   seed_distance: float
+
+
+def _exact(value: float) -> str:
+  # repr(float): the shortest exact spelling, so 2 and 2.0 agree and no two values collide.
+  return repr(float(value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,9 +183,10 @@ class GeneratorSpec:
     """A readable directory name that differs whenever any (resolved) setting differs."""
     d = self.drawing
     return (f"pathfinder-v{_GENERATOR_VERSION}_r{self.resolution}_cl{self.contour_length}"
-            f"_s{self.seed}_n{self.num_images}_b{self.batch_size}_mr{d.marker_radius:g}"
-            f"_th{d.dash_thickness:g}_dl{d.dash_length:g}_mg{d.margin}_cr{d.clearance}"
-            f"_nd{d.num_distractors}_nc{d.num_clutter}_ct{d.continuity:g}_sd{d.seed_distance:g}")
+            f"_s{self.seed}_n{self.num_images}_b{self.batch_size}_mr{_exact(d.marker_radius)}"
+            f"_th{_exact(d.dash_thickness)}_dl{_exact(d.dash_length)}_mg{d.margin}_cr{d.clearance}"
+            f"_nd{d.num_distractors}_nc{d.num_clutter}_ct{_exact(d.continuity)}"
+            f"_sd{_exact(d.seed_distance)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +197,8 @@ def _disk(radius: float) -> np.ndarray:
   """Integer (row, col) offsets within radius of the origin; always includes the origin."""
   r = int(math.floor(radius))
   rows, cols = np.mgrid[-r:r + 1, -r:r + 1]
-  # The epsilon keeps e.g. radius 1.5 from losing (1, 1) to rounding; radius**2 is exact anyway.
+  # The epsilon keeps points exactly on the circle (e.g. radius sqrt(2) and (1, 1)) inside
+  # despite float round-off in radius**2.
   inside = rows**2 + cols**2 <= radius**2 + 1e-9
   return np.stack([rows[inside], cols[inside]], -1).astype(np.intp)
 
@@ -201,7 +209,7 @@ class _Stuck(Exception):
 
 @dataclasses.dataclass
 class _Snake:
-  pixels: np.ndarray  # [n] flat indices into the painter's padded canvas, with repeats; markers too.
+  pixels: np.ndarray  # [n] flat indices into the painter's padded canvas (repeats, markers too).
   start: np.ndarray  # [2] (row, col) in the image of the first centre-line sample.
   end: np.ndarray  # [2] (row, col) in the image of the last centre-line sample.
 
@@ -371,7 +379,7 @@ def render(spec: GeneratorSpec, rng: np.random.Generator) -> tuple[np.ndarray, i
     try:
       first = painter.grow(spec.contour_length, start_marker=True, end_marker=label == 1)
       other = painter.grow(spec.contour_length, start_marker=label == 0 and other_at_start,
-                            end_marker=label == 0 and not other_at_start, far_from=first.start)
+                           end_marker=label == 0 and not other_at_start, far_from=first.start)
       for _ in range(d.num_distractors):
         painter.grow(d.distractor_length, start_marker=False, end_marker=False)
       for _ in range(d.num_clutter):
@@ -476,7 +484,7 @@ def _metadata_files(directory: str) -> list[str]:
     if name.startswith(".") or not name.endswith(".npy"):
       continue  # Temporary files of an interrupted generator, editor droppings.
     stem = name[:-len(".npy")]
-    if not stem.isdigit():
+    if not (stem.isascii() and stem.isdigit()):
       raise ValueError(f"{os.path.join(meta_dir, name)}: metadata files must be named <k>.npy "
                        f"with an integer k.")
     keyed.append((int(stem), os.path.join(meta_dir, name)))
@@ -486,7 +494,7 @@ def _metadata_files(directory: str) -> list[str]:
 
 
 def ensure_files(root: str, resolution: int, difficulty: str, spec: GeneratorSpec | None) -> None:
-  """Makes sure a difficulty's files exist under root, generating missing batches if spec is given."""
+  """Makes sure a difficulty's files exist under root; generates missing batches given a spec."""
   directory = difficulty_path(root, resolution, difficulty)
   if spec is None:
     _metadata_files(directory)

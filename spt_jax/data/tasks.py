@@ -7,8 +7,8 @@ import os
 import numpy as np
 from absl import logging
 
-from spt_jax.data import listops, synthetic
-from spt_jax.data.vocab import Vocabulary
+from spt_jax.data import image, listops, pathfinder, retrieval, synthetic, text
+from spt_jax.data.vocab import BYTE_VOCAB, NUM_SPECIAL, Vocabulary
 
 
 @dataclasses.dataclass
@@ -19,6 +19,7 @@ class TaskData:
   max_length: int
   splits: dict[str, dict[str, np.ndarray]]  # {"train"|"val"|"test": {"inputs", "labels"}}
   source: str  # where the data came from, for the logs and results
+  input_kind: str = "tokens"  # 'tokens' (ids [N, L] or pairs [N, 2, L]) or 'pixels' (uint8 [N, L])
 
 
 def _listops(cfg) -> TaskData:
@@ -50,7 +51,78 @@ def _synthetic(cfg) -> TaskData:
                   f"synthetic {spec}")
 
 
-TASKS = {"listops": _listops, "synthetic": _synthetic}
+def _text(cfg) -> TaskData:
+  splits = {s: text.load_split(s, cfg.max_length, cfg.data_dir or None) for s in ("train", "val", "test")}
+  return TaskData("text", BYTE_VOCAB, 2, cfg.max_length, splits,
+                  f"tfds imdb_reviews ({cfg.data_dir or 'default data_dir'})")
+
+
+def _retrieval(cfg) -> TaskData:
+  if not cfg.data_dir:
+    raise FileNotFoundError("config.data.data_dir must point at the LRA release directory holding "
+                            "tsv_data/new_aan_pairs.{train,eval,test}.tsv (no download exists).")
+  splits = {s: retrieval.load_split(cfg.data_dir, s, cfg.max_length)
+            for s in ("train", "val", "test")}
+  return TaskData("retrieval", BYTE_VOCAB, 2, cfg.max_length, splits,
+                  retrieval.split_path(cfg.data_dir, "train"))
+
+
+PIXEL_REPRESENTATIONS = ("pixels", "tokens")
+
+
+def _as_representation(splits, representation: str):
+  """Raw 8-bit pixels → continuous inputs (kept as uint8) or LRA's 256 pixel tokens (id 3 + value)."""
+  if representation not in PIXEL_REPRESENTATIONS:
+    raise ValueError(f"config.data.representation={representation!r} must be one of "
+                     f"{PIXEL_REPRESENTATIONS}.")
+  out = {}
+  for name, arrays in splits.items():
+    pixels = arrays["pixels"]
+    inputs = pixels if representation == "pixels" else pixels.astype(np.uint16) + NUM_SPECIAL
+    out[name] = {"inputs": inputs, "labels": arrays["labels"]}
+  return out
+
+
+def _image(cfg) -> TaskData:
+  splits = {s: image.load_split(s, cfg.data_dir or None) for s in image.SPLITS}
+  return TaskData("image", BYTE_VOCAB, image.NUM_CLASSES, image.NUM_PIXELS,
+                  _as_representation(splits, cfg.representation),
+                  f"tfds cifar10 ({cfg.data_dir or 'default data_dir'})",
+                  input_kind="pixels" if cfg.representation == "pixels" else "tokens")
+
+
+def _pathfinder(cfg) -> TaskData:
+  res, difficulty = cfg.resolution, cfg.difficulty
+  gen = cfg.generator
+  spec = pathfinder.GeneratorSpec(resolution=res,
+                                  contour_length=pathfinder.CONTOUR_LENGTH[
+                                      pathfinder.DIFFICULTIES.get(difficulty, difficulty)],
+                                  num_images=gen.num_images, seed=gen.seed)
+  root = cfg.data_dir or os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
+  pathfinder.ensure_files(root, res, difficulty, spec if cfg.generate else None)
+  splits = {s: pathfinder.load_split(root, res, difficulty, s) for s in ("train", "val", "test")}
+  return TaskData(f"pathfinder{res}", BYTE_VOCAB, 2, res * res,
+                  _as_representation(splits, cfg.representation), root,
+                  input_kind="pixels" if cfg.representation == "pixels" else "tokens")
+
+
+TASKS = {"listops": _listops, "synthetic": _synthetic, "text": _text, "retrieval": _retrieval,
+         "image": _image, "pathfinder": _pathfinder}
+
+
+def signature(cfg) -> dict:
+  """What a model trained on this data fixes, computed from the config alone (no data loaded):
+  the input kind and the vocabulary. Pretraining and fine-tuning data must agree on it."""
+  if cfg.task == "listops":
+    vocab = listops.VOCAB
+  elif cfg.task == "synthetic":
+    vocab = synthetic.vocabulary(cfg.synthetic.num_background)
+  else:
+    vocab = BYTE_VOCAB
+  kind = cfg.get("representation", "tokens") if cfg.task in ("image", "pathfinder") else "tokens"
+  length = (image.NUM_PIXELS if cfg.task == "image" else
+            cfg.resolution ** 2 if cfg.task == "pathfinder" else cfg.max_length)
+  return {"task": cfg.task, "input_kind": kind, "vocab": vocab.tokens, "max_length": length}
 
 
 def load(data_config) -> TaskData:

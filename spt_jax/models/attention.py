@@ -58,16 +58,21 @@ def _from_blocks(x):
   return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def _block_scores(q, k, key_mask, exists):
-  """float32 scores [B, H, cq, ck] of one query chunk against one key block.
+def _fill_values(padded: int, length: int, block: int):
+  """[n, block] score of a masked key: `_MASKED` for the caller's keys, -inf for our length padding.
 
-  Keys the caller masked get `_MASKED` (exactly as in dense, so all-padding rows stay uniform over the
-  caller's keys); keys that exist only because we padded L up to a block multiple get -inf, so they
-  never receive weight, not even in such a uniform row.
+  `_MASKED` exactly as in dense, so all-padding rows stay uniform over the caller's L keys; -inf for
+  keys that exist only because L was padded up to a block multiple, so they never receive weight, not
+  even in such a uniform row. (The padded mask is False there, so one `where` applies both.)
   """
+  exists = np.arange(padded).reshape(padded // block, block) < length
+  return jnp.asarray(np.where(exists, _MASKED, -np.inf), jnp.float32)
+
+
+def _block_scores(q, k, key_mask, fill):
+  """float32 scores [B, H, cq, ck] of one query chunk against one key block, masked keys at `fill`."""
   s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-  s = jnp.where(key_mask[:, None, None, :], s, _MASKED)
-  return jnp.where(exists[None, None, None, :], s, -jnp.inf)
+  return jnp.where(key_mask[:, None, None, :], s, fill[None, None, None, :])
 
 
 def _flash_forward(q, k, v, key_mask, length: int, block: int):
@@ -80,13 +85,13 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int):
   batch, padded, heads, dim = q.shape
   n = padded // block
   kb, vb, mb = _to_blocks(k, n), _to_blocks(v, n), _to_blocks(key_mask, n)
-  eb = jnp.asarray(np.arange(padded).reshape(n, block) < length)
+  fills = _fill_values(padded, length, block)
 
   def query_chunk(_, qi):
     def key_block(carry, xs):
       m, l, acc = carry
-      kj, vj, mj, ej = xs
-      s = _block_scores(qi, kj, mj, ej)
+      kj, vj, mj, fj = xs
+      s = _block_scores(qi, kj, mj, fj)
       m_new = jnp.maximum(m, s.max(-1))
       # m starts at -inf but m_new is finite from the first block on (each block holds at least one
       # existing key), so neither exp below ever sees inf - inf.
@@ -99,7 +104,7 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int):
     init = (jnp.full((batch, heads, block), -jnp.inf, jnp.float32),
             jnp.zeros((batch, heads, block), jnp.float32),
             jnp.zeros((batch, heads, block, dim), jnp.float32))
-    (m, l, acc), _ = jax.lax.scan(key_block, init, (kb, vb, mb, eb))
+    (m, l, acc), _ = jax.lax.scan(key_block, init, (kb, vb, mb, fills))
     out = (acc / l[..., None]).transpose(0, 2, 1, 3).astype(q.dtype)
     return None, (out, (m, jnp.log(l)))
 
@@ -126,16 +131,16 @@ def _flash_bwd(length, block, residuals, d_out):
   # Σ_k P·dP per query, the softmax Jacobian's correction term, from O and dO instead of P.
   delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
   delta = jnp.moveaxis(delta.reshape(*delta.shape[:2], n, block), 2, 0)
-  eb = jnp.asarray(np.arange(padded).reshape(n, block) < length)
+  fills = _fill_values(padded, length, block)
   f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
 
   def key_block(dq, xs):
-    kj, vj, mj, ej = xs
+    kj, vj, mj, fj = xs
 
     def query_chunk(carry, ys):
       dk, dv = carry
       qi, doi, mi, logli, deltai = ys
-      p = jnp.exp(_block_scores(qi, kj, mj, ej) - mi[..., None] - logli[..., None])
+      p = jnp.exp(_block_scores(qi, kj, mj, fj) - mi[..., None] - logli[..., None])
       dv = dv + f32("bhqk,bqhd->bkhd", p.astype(doi.dtype), doi)
       dp = f32("bqhd,bkhd->bhqk", doi, vj)
       # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
@@ -152,7 +157,7 @@ def _flash_bwd(length, block, residuals, d_out):
 
   dq0 = jnp.zeros((n, q.shape[0], block, *q.shape[2:]), jnp.float32)
   dq, (dk, dv) = jax.lax.scan(key_block, dq0, (_to_blocks(k, n), _to_blocks(v, n),
-                                               _to_blocks(key_mask, n), eb))
+                                               _to_blocks(key_mask, n), fills))
   return (_from_blocks(dq).astype(q.dtype), _from_blocks(dk).astype(k.dtype),
           _from_blocks(dv).astype(v.dtype), None)
 
@@ -172,14 +177,16 @@ def _no_dropout(implementation: str, dropout_fn) -> None:
         f"materialises them); set model.dropout_rate=0 or use attention='dense'.")
 
 
-def blockwise_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
+def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
+                        block_size: int, dropout_fn: Callable | None = None
+                        ) -> tuple[jax.Array, None]:
   """Exact attention (the same outputs and gradients as `dense_attention`) in memory linear in L.
 
   Queries and keys are processed in blocks of `block_size` with a streaming softmax (running max and
   sum, float32 accumulators); the custom backward recomputes each block's probabilities from the saved
-  logsumexp, so neither pass holds more than one [B, H, block, block] score tile per step. L need not
-  be a multiple of `block_size` (padded internally). A query whose keys are all padding averages all L
-  values uniformly, as in dense. No attention dropout; returns weights=None.
+  softmax statistics, so neither pass holds more than one [B, H, block, block] score tile per step.
+  L need not be a multiple of `block_size` (padded internally). A query whose keys are all padding
+  averages all L values uniformly, as in dense. No attention dropout; returns weights=None.
   """
   _no_dropout("blockwise", dropout_fn)
   if block_size <= 0:
@@ -195,7 +202,9 @@ def blockwise_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
 # ------------------------------------------------------------------------------------------ local
 
 
-def local_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
+def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
+                    block_size: int, dropout_fn: Callable | None = None
+                    ) -> tuple[jax.Array, None]:
   """Block-local attention: query block i sees key blocks i-1, i and i+1 (padded keys excluded).
 
   Scores are [B, L/block, H, block, 3·block]: linear in L, never L×L. A query that sees no real key
@@ -207,6 +216,10 @@ def local_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
   batch, length, heads, dim = q.shape
   block = min(block_size, length)
   n = -(-length // block)
+  if n <= 2:
+    # Every query's window then covers the whole sequence: plain attention, without the 3x-wide
+    # windows' wasted edge slots. (Rows without a real key agree too: uniform over all L keys.)
+    return dense_attention(q, k, v, key_mask)[0], None
   padded = n * block
 
   def windows(x):
@@ -218,15 +231,15 @@ def local_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
   q = _pad_length(q * dim ** -0.5, padded).reshape(batch, n, block, heads, dim)
   k, v = windows(_pad_length(k, padded)), windows(_pad_length(v, padded))
   mask = windows(_pad_length(key_mask, padded, False))
-  # Static: which window slots hold a real position at all (not the edges, not our length padding).
+  # Static [n, 3·block]: masked window slots score `_MASKED` as in dense, but slots outside the
+  # sequence (before the start, past the end, our length padding) -inf, so that they never get weight,
+  # not even in an all-padding row. The windowed mask is False in those slots, so one `where` does it.
   position = np.arange(-block, padded + block).reshape(n + 2, block)
-  exists = (position >= 0) & (position < length)
-  exists = np.concatenate([exists[:-2], exists[1:-1], exists[2:]], axis=1)  # [n, 3·block]
+  fill = np.where((position >= 0) & (position < length), _MASKED, -np.inf).astype(np.float32)
+  fill = np.concatenate([fill[:-2], fill[1:-1], fill[2:]], axis=1)
 
   s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
-  s = jnp.where(mask[:, :, None, None, :], s, _MASKED)
-  # -inf (not _MASKED) so that slots outside the sequence never get weight, even in all-padding rows.
-  s = jnp.where(exists[None, :, None, None, :], s, -jnp.inf)
+  s = jnp.where(mask[:, :, None, None, :], s, fill[None, :, None, None, :])
   weights = jax.nn.softmax(s, axis=-1)
   out = jnp.einsum("bnhqk,bnkhd->bnqhd", weights.astype(v.dtype), v)
   return out.reshape(batch, padded, heads, dim)[:, :length], None
@@ -235,12 +248,14 @@ def local_attention(q, k, v, key_mask, *, block_size: int, dropout_fn=None):
 # ------------------------------------------------------------------------------------------ cudnn
 
 
-def cudnn_attention(q, k, v, key_mask, *, dropout_fn=None):
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
+                    dropout_fn: Callable | None = None) -> tuple[jax.Array, None]:
   """cuDNN flash attention (`jax.nn.dot_product_attention(implementation='cudnn')`), GPU only.
 
   cuDNN takes padding as per-example key lengths, so real tokens must form a prefix of each row
   (trailing padding, as SequenceModel's inputs have); a mask with holes would be misread. cuDNN runs in
-  float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32.
+  float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32. An
+  example with no real key gets dense's answer (the mean of all values).
   """
   _no_dropout("cudnn", dropout_fn)
   backend = jax.default_backend()
@@ -250,9 +265,13 @@ def cudnn_attention(q, k, v, key_mask, *, dropout_fn=None):
         f"attention='blockwise' for exact attention in linear memory on {backend}.")
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
   lengths = key_mask.sum(-1, dtype=jnp.int32)
+  # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
+  # examples run with one key and are then replaced by dense's answer: the uniform mean of all values.
   out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
-                                     key_value_seq_lengths=lengths, implementation="cudnn")
-  return out.astype(q.dtype), None
+                                     key_value_seq_lengths=jnp.maximum(lengths, 1),
+                                     implementation="cudnn")
+  empty = (lengths == 0)[:, None, None, None]
+  return jnp.where(empty, v.mean(axis=1, keepdims=True), out.astype(q.dtype)), None
 
 
 # ------------------------------------------------------------------------------------------ dispatch

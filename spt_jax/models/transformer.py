@@ -1,7 +1,8 @@
 """Pre-LayerNorm Transformer encoder and the two heads SPT needs (masked-token logits, classifier).
 
 Parameter layout (what freezing and partial loading patterns address):
-  encoder/token_embedding/embedding
+  encoder/token_embedding/embedding               (token inputs)
+  encoder/input_projection/{kernel,bias}          (continuous pixel inputs: (value·(1−mask), mask))
   encoder/position_embedding                      (only with position='learned')
   encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
   encoder/final_norm
@@ -19,6 +20,8 @@ from spt_jax.models.attention import MultiHeadAttention
 POSITIONS = ("sinusoidal", "learned", "none")
 POOLINGS = ("mean", "max", "last", "cls")
 HEADS = ("mlm", "classifier")
+INPUT_KINDS = ("tokens", "pixels")
+PAIR_FEATURES = {"uvmd": "[u, v, u*v, u-v]", "uv": "[u, v] (LRA)"}
 ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu}
 
 
@@ -80,14 +83,18 @@ class Encoder(nn.Module):
   attention_block_size: int = 512
 
   @nn.compact
-  def __call__(self, tokens, mask, *, train: bool):
-    length = tokens.shape[1]
+  def __call__(self, inputs, mask, *, train: bool):
+    """inputs: token ids [B, L] or continuous features [B, L, C]; mask [B, L] (True = real)."""
+    length = inputs.shape[1]
     if length > self.max_length:
       raise ValueError(f"Sequence length {length} exceeds the model's max_length {self.max_length}.")
-    # N(0, 1) like torch.nn.Embedding (the reference SPT code): token and sinusoidal codes then have
-    # comparable scale, which is the regime the position-cancellation analysis is about.
-    x = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(1.0),
-                 name="token_embedding")(tokens)
+    if jnp.issubdtype(inputs.dtype, jnp.integer):
+      # N(0, 1) like torch.nn.Embedding (the reference SPT code): token and sinusoidal codes then
+      # have comparable scale, which is the regime the position-cancellation analysis is about.
+      x = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(1.0),
+                   name="token_embedding")(inputs)
+    else:
+      x = nn.Dense(self.d_model, name="input_projection")(inputs)
     if self.position == "sinusoidal":
       x = x + sinusoidal_encoding(self.max_length, self.d_model)[:length]
     elif self.position == "learned":
@@ -120,16 +127,23 @@ def pool(h, mask, pooling: str):
 
 
 class SequenceModel(nn.Module):
-  """Encoder + one head. `head='mlm'` gives per-token vocabulary logits, `'classifier'` pooled logits.
+  """Encoder + one head. `head='mlm'` gives per-position reconstruction logits, `'classifier'` pooled
+  class logits.
 
-  Padding (token id 0) is excluded from attention keys and from pooling, so appending padding never
-  changes the outputs at real positions.
+  Inputs are token ids [B, L] (`input_kind='tokens'`; padding = id 0, excluded from attention keys and
+  pooling, so appending padding never changes the outputs at real positions), raw 8-bit pixels
+  [B, L] (`input_kind='pixels'`: the encoder sees (value·(1−m), m) for a corruption mask m, zeros when
+  not pretraining; no padding), or pairs of token documents [B, 2, L] (retrieval: both go through the
+  same encoder; the classifier sees `pair_features` of the two pooled vectors u, v).
   """
   vocab_size: int
   max_length: int
   head: str = "classifier"
   num_classes: int = 2
   pooling: str = "mean"
+  input_kind: str = "tokens"
+  mlm_outputs: int = 0          # reconstruction logits per position; 0: vocab_size
+  pair_features: str = "uvmd"
   num_layers: int = 6
   d_model: int = 512
   num_heads: int = 8
@@ -142,21 +156,45 @@ class SequenceModel(nn.Module):
   attention_block_size: int = 512
 
   @nn.compact
-  def __call__(self, tokens, *, train: bool = False):
-    mask = tokens != PAD_ID
-    if self.pooling == "cls":
-      # The CLS token is part of the model, not the data, so the same batches serve every pooling.
-      cls = jnp.full((tokens.shape[0], 1), CLS_ID, tokens.dtype)
-      tokens = jnp.concatenate([cls, tokens], axis=1)
-      mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
+  def __call__(self, inputs, *, train: bool = False, pixel_mask=None):
+    batch_shape = inputs.shape[:-1]
+    inputs = inputs.reshape(-1, inputs.shape[-1])  # Pairs [B, 2, L] → [2B, L]: one shared encoder.
+    if self.input_kind == "tokens":
+      mask = inputs != PAD_ID
+      if self.pooling == "cls":
+        # The CLS token is part of the model, not the data, so the same batches serve every pooling.
+        cls = jnp.full((inputs.shape[0], 1), CLS_ID, inputs.dtype)
+        inputs = jnp.concatenate([cls, inputs], axis=1)
+        mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
+    elif self.input_kind == "pixels":
+      if self.pooling == "cls":
+        raise ValueError("pooling='cls' needs token inputs; use mean or max pooling for pixels.")
+      # Every pixel is real data, black included: padding is never derived from values.
+      mask = jnp.ones(inputs.shape, bool)
+      corrupted = (jnp.zeros(inputs.shape, jnp.float32) if pixel_mask is None
+                   else pixel_mask.reshape(inputs.shape).astype(jnp.float32))
+      value = inputs.astype(jnp.float32) / 255.0
+      inputs = jnp.stack([value * (1.0 - corrupted), corrupted], axis=-1)
+    else:
+      raise ValueError(f"input_kind={self.input_kind!r} must be one of {INPUT_KINDS}.")
     h = Encoder(self.vocab_size, self.max_length + (self.pooling == "cls"), self.num_layers,
                 self.d_model, self.num_heads, self.d_ff, self.dropout_rate, self.position,
                 self.activation, self.dtype, self.attention, self.attention_block_size,
-                name="encoder")(tokens, mask, train=train)
+                name="encoder")(inputs, mask, train=train)
     if self.head == "mlm":
-      logits = nn.Dense(self.vocab_size, name="mlm_head")(h)
-      return logits[:, 1:] if self.pooling == "cls" else logits
+      logits = nn.Dense(self.mlm_outputs or self.vocab_size, name="mlm_head")(h)
+      if self.pooling == "cls":
+        logits = logits[:, 1:]
+      return logits.reshape(batch_shape + logits.shape[1:])
     if self.head == "classifier":
-      return nn.Dense(self.num_classes, name="classifier")(
-          pool(h, mask, self.pooling))
+      pooled = pool(h, mask, self.pooling)
+      if len(batch_shape) == 2:  # A pair of documents per example.
+        pooled = pooled.reshape(batch_shape + pooled.shape[-1:])
+        u, v = pooled[:, 0], pooled[:, 1]
+        if self.pair_features not in PAIR_FEATURES:
+          raise ValueError(f"pair_features={self.pair_features!r} must be one of "
+                           f"{tuple(PAIR_FEATURES)}.")
+        parts = [u, v, u * v, u - v] if self.pair_features == "uvmd" else [u, v]
+        pooled = jnp.concatenate(parts, axis=-1)
+      return nn.Dense(self.num_classes, name="classifier")(pooled)
     raise ValueError(f"head={self.head!r} must be one of {HEADS}.")

@@ -9,12 +9,16 @@ converges, if it interpolates, to
 
 Fine-tuning starts with equal units, so A = B (no linear term) and √k_d / 2 = κ_d = 2A_d, which equals
 the brief's c_FT,d = c(1+λ)(1 + sqrt(1 + (β_PT,d/c)²)) + γ²/2 (`finetune_scale`; docs/theory.md derives
-both). Everything here is float64 numpy: the dual Hessian spans many orders of magnitude at small c.
+both). Everything here is float64 (the solver in JAX under `jax.enable_x64`): at small c the dual Hessian
+spans many orders of magnitude.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 # (ℓ-order, PD) thresholds of the regime labels: "lazy" above LAZY_ELL, "PT-dependent" below DEP_PD.
@@ -26,8 +30,8 @@ REGIME_NAMES = {"I": "rich, PT-independent", "II": "lazy, PT-dependent",
 
 
 class SolveInfo(NamedTuple):
-  iterations: int
-  rel_residual: float   # ‖Xβ − y‖ / ‖y‖ at the returned β
+  iterations: np.ndarray     # Newton iterations, per problem
+  rel_residual: np.ndarray   # ‖Xβ − y‖ / ‖y‖ at the returned β, per problem
 
 
 # ---------------------------------------------------------------- The potential
@@ -73,44 +77,71 @@ def potential(beta, a, b) -> float:
 # ---------------------------------------------------------------- The constrained minimiser
 
 
-def solve(x, y, a, b, tol: float = 1e-11, max_iter: int = 500) -> tuple[np.ndarray, SolveInfo]:
-  """argmin potential(β; A, B) s.t. Xβ = y, by damped Newton on the smooth dual.
-
-  The stationarity condition is β_d = A_d e^{2ξ_d} − B_d e^{−2ξ_d} with ξ = Xᵀμ, so μ minimises the
-  convex dual F(μ) = Σ_d ½(A_d e^{2ξ_d} + B_d e^{−2ξ_d}) − μᵀy, whose gradient is Xβ(μ) − y.
-  """
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  with np.errstate(divide="ignore"):
-    log_a, log_b = np.log(np.asarray(a, np.float64)), np.log(np.asarray(b, np.float64))
-  y_norm = max(np.linalg.norm(y), 1e-300)
+def _newton(x, y, log_a, log_b, tol, max_iter):
+  """Damped Newton on the dual F(μ) = Σ_d ½(A_d e^{2ξ_d} + B_d e^{−2ξ_d}) − μᵀy, ξ = Xᵀμ."""
+  y_norm = jnp.maximum(jnp.linalg.norm(y), 1e-300)
 
   def parts(mu):
     xi = x.T @ mu
-    with np.errstate(over="ignore"):
-      ea, eb = np.exp(log_a + 2 * xi), np.exp(log_b - 2 * xi)
-    return ea, eb, 0.5 * np.sum(ea + eb) - mu @ y
+    # log-space: a zero A or B gives exp(−inf) = 0, and overflow gives F = inf, which the line
+    # search rejects, instead of 0·inf = nan.
+    ea, eb = jnp.exp(log_a + 2 * xi), jnp.exp(log_b - 2 * xi)
+    return ea, eb, 0.5 * jnp.sum(ea + eb) - mu @ y
 
-  mu = np.zeros(x.shape[0])
-  ea, eb, f = parts(mu)
-  for it in range(max_iter):
+  def cond(state):
+    _, _, it, done = state
+    return (~done) & (it < max_iter)
+
+  def body(state):
+    mu, f, it, _ = state
+    ea, eb, _ = parts(mu)
     grad = x @ (ea - eb) - y
-    if np.linalg.norm(grad) <= tol * y_norm:
-      break
     hess = (x * (2 * (ea + eb))) @ x.T
     # A tiny ridge keeps the solve defined where the curvature underflows in some directions.
-    hess[np.diag_indices_from(hess)] += 1e-14 * np.trace(hess) / len(hess) + 1e-300
-    step = np.linalg.solve(hess, grad)
-    t, decrease = 1.0, grad @ step
-    while True:
-      ea_new, eb_new, f_new = parts(mu - t * step)
-      if np.isfinite(f_new) and f_new <= f - 0.25 * t * decrease:
-        break
-      t *= 0.5
-      if t < 1e-20:
-        raise FloatingPointError(f"Newton line search stalled at iteration {it}.")
-    mu, ea, eb, f = mu - t * step, ea_new, eb_new, f_new
+    hess = hess + (1e-14 * jnp.trace(hess) / hess.shape[0] + 1e-300) * jnp.eye(hess.shape[0])
+    step = jnp.linalg.solve(hess, grad)
+    decrease = grad @ step
+    # Past the second test F cannot decrease by a representable amount: β is as good as float64 gets.
+    done = (jnp.linalg.norm(grad) <= tol * y_norm) | (decrease <= 1e-15 * (1.0 + jnp.abs(f)))
+
+    def ls_cond(t):
+      f_new = parts(mu - t * step)[2]
+      return ~(jnp.isfinite(f_new) & (f_new <= f - 0.25 * t * decrease)) & (t > 1e-30)
+
+    t = jax.lax.while_loop(ls_cond, lambda t: 0.5 * t, jnp.ones_like(f))
+    mu_new = jnp.where(done, mu, mu - t * step)
+    return mu_new, jnp.where(done, f, parts(mu_new)[2]), it + 1, done
+
+  mu0 = jnp.zeros_like(y)
+  mu, _, it, _ = jax.lax.while_loop(cond, body, (mu0, parts(mu0)[2], 0, jnp.bool_(False)))
+  ea, eb, _ = parts(mu)
   beta = ea - eb
-  return beta, SolveInfo(it, float(np.linalg.norm(x @ beta - y) / y_norm))
+  return beta, it, jnp.linalg.norm(x @ beta - y) / y_norm
+
+
+@functools.partial(jax.jit, static_argnames=("max_iter",))
+def _newton_batched(x, y, log_a, log_b, tol, max_iter: int):
+  return jax.vmap(lambda *args: _newton(*args, tol, max_iter))(x, y, log_a, log_b)
+
+
+def solve(x, y, a, b, tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarray, SolveInfo]:
+  """argmin potential(β; A, B) s.t. Xβ = y, by damped Newton on the smooth dual, in float64.
+
+  The stationarity condition is β_d = A_d e^{2ξ_d} − B_d e^{−2ξ_d} with ξ = Xᵀμ, so μ minimises the
+  convex dual F, whose gradient is Xβ(μ) − y. Leading axes of x, y, a, b are batch axes (vmapped);
+  returns β and per-problem Newton iterations and ‖Xβ − y‖ / ‖y‖.
+  """
+  x, y, a, b = (np.asarray(t, np.float64) for t in (x, y, a, b))
+  batch = x.shape[:-2]
+  flat = lambda t, k: t.reshape((-1,) + t.shape[t.ndim - k:])
+  with np.errstate(divide="ignore"):
+    log_a, log_b = np.log(a), np.log(b)
+  with jax.enable_x64(True):
+    beta, it, res = _newton_batched(flat(x, 2), flat(y, 1), flat(log_a, 1), flat(log_b, 1),
+                                    tol, max_iter=max_iter)
+    beta, it, res = np.asarray(beta), np.asarray(it), np.asarray(res)
+  beta = beta.reshape(batch + beta.shape[-1:])
+  return beta, SolveInfo(it.reshape(batch), res.reshape(batch))
 
 
 # ---------------------------------------------------------------- ℓ-order and pretraining dependence

@@ -1,0 +1,235 @@
+r"""Runs a grid of configs × seeds, skips finished runs, and writes a table and a plot.
+
+  python -m spt_jax.sweep --config=configs/sweeps/pretrain_length.py:cpu --workdir=runs/sweep_pt
+  python -m spt_jax.sweep --config=configs/sweeps/hybrid_init.py:cpu --workdir=W --processes=2
+
+A sweep config (ml_collections) has:
+  base       the run config, 'configs/x.py' or 'configs/x.py:variant'
+  seeds      seeds each run is repeated with
+  runs       strings 'name: key=value key=value ...' — overrides of the base config (dotted keys as on
+             the command line; `config=configs/y.py:variant` replaces the base for that run)
+  metrics    dotted paths into results.json, e.g. 'finetune.test_of_best.accuracy'
+  steps_to   a validation accuracy threshold: also report fine-tune steps until it is first reached
+  x_values   optional numbers, one per run: the plot is then a line over x instead of bars
+  x_label, title
+Each run lives in `<workdir>/<name>/seed_<s>`; one with a results.json is finished and not re-run.
+Out: `<workdir>/table.md`, `table.csv`, `results.json` and `plot.png`.
+"""
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+config_flags.DEFINE_config_file("config", None, "Sweep config file, optionally with ':variant'.",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory of the sweep's runs and outputs.")
+flags.DEFINE_integer("processes", 1, "Runs executed at once (each a separate main.py process if > 1).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x_label: str = "",
+                 metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9):
+  """A sweep config (see the module docstring); sweep files in configs/sweeps/ build theirs here."""
+  import ml_collections
+  return ml_collections.ConfigDict(dict(
+      base=base, runs=tuple(runs), title=title, seeds=tuple(seeds), x_values=tuple(x_values),
+      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to)))
+
+
+def parse_run(spec: str) -> tuple[str, dict]:
+  """'name: a.b=1 c=x' → ('name', {'a.b': 1, 'c': 'x'}); values are Python literals or strings."""
+  if ":" not in spec:
+    raise ValueError(f"Sweep run {spec!r} must look like 'name: key=value ...'.")
+  name, rest = spec.split(":", 1)
+  overrides = {}
+  for item in rest.split():
+    if "=" not in item:
+      raise ValueError(f"Sweep run {spec!r}: {item!r} is not key=value.")
+    key, value = item.split("=", 1)
+    try:
+      overrides[key] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      overrides[key] = value
+  return name.strip(), overrides
+
+
+def load_config(path_and_arg: str):
+  path, _, arg = path_and_arg.partition(":")
+  full = path if os.path.isabs(path) else os.path.join(ROOT, path)
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], full)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def apply_overrides(config, overrides: dict) -> None:
+  for key, value in overrides.items():
+    *parents, last = key.split(".")
+    node = config
+    for p in parents:
+      node = node[p]
+    if last not in node:
+      raise KeyError(f"Sweep override {key}={value!r}: the config has no field {key!r}.")
+    if isinstance(node[last], tuple) and isinstance(value, str):
+      value = (value,)  # As on the command line: a bare string is a one-entry pattern list.
+    node[last] = value
+
+
+def _lookup(results: dict, dotted: str):
+  node = results
+  for part in dotted.split("."):
+    if not isinstance(node, dict) or part not in node:
+      return None
+    node = node[part]
+  return node
+
+
+def steps_to(run_dir: str, threshold: float, phase: str = "finetune"):
+  """First step at which validation accuracy >= threshold (None if never)."""
+  path = os.path.join(run_dir, phase, "metrics.jsonl")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    for line in f:
+      record = json.loads(line)
+      if record.get("split") == "val" and record.get("accuracy", -1) >= threshold:
+        return record["step"]
+  return None
+
+
+def _run_in_process(base: str, overrides: dict, seed: int, run_dir: str) -> None:
+  from spt_jax import experiment
+  config = load_config(overrides.get("config", base))
+  apply_overrides(config, {k: v for k, v in overrides.items() if k != "config"})
+  config.seed = seed
+  experiment.run(config, run_dir)
+
+
+def _run_subprocess(base: str, overrides: dict, seed: int, run_dir: str) -> None:
+  args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides.get('config', base)}",
+          f"--workdir={run_dir}", f"--config.seed={seed}"]
+  for key, value in overrides.items():
+    if key != "config":
+      text = value if isinstance(value, str) else repr(value)
+      args.append(f"--config.{key}={text}")
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, "log.txt"), "w") as log:
+    done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+  if done.returncode:
+    raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
+
+
+def run_sweep(sweep, workdir: str, processes: int = 1) -> list[dict]:
+  runs = [parse_run(s) for s in sweep.runs]
+  names = [n for n, _ in runs]
+  if len(set(names)) != len(names):
+    raise ValueError(f"Sweep run names must be unique: {names}")
+  if sweep.x_values and len(sweep.x_values) != len(runs):
+    raise ValueError(f"x_values has {len(sweep.x_values)} entries for {len(runs)} runs.")
+  jobs = [(name, ov, seed, os.path.join(workdir, name, f"seed_{seed}"))
+          for name, ov in runs for seed in sweep.seeds]
+  todo = [j for j in jobs if not os.path.exists(os.path.join(j[3], "results.json"))]
+  logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
+  start = time.time()
+  if processes > 1:
+    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
+      for f in [pool.submit(_run_subprocess, sweep.base, ov, seed, d) for _, ov, seed, d in todo]:
+        f.result()
+  else:
+    for i, (name, ov, seed, run_dir) in enumerate(todo):
+      logging.info("Sweep run %d/%d: %s seed %d (%.0f s so far)", i + 1, len(todo), name, seed,
+                   time.time() - start)
+      _run_in_process(sweep.base, ov, seed, run_dir)
+  rows = summarise(sweep, runs, workdir)
+  write_outputs(sweep, rows, workdir)
+  return rows
+
+
+def summarise(sweep, runs, workdir: str) -> list[dict]:
+  rows = []
+  for i, (name, _) in enumerate(runs):
+    per_seed = []
+    for seed in sweep.seeds:
+      run_dir = os.path.join(workdir, name, f"seed_{seed}")
+      with open(os.path.join(run_dir, "results.json")) as f:
+        results = json.load(f)
+      values = {m: _lookup(results, m) for m in sweep.metrics}
+      if sweep.steps_to > 0:
+        values["steps_to_val"] = steps_to(run_dir, sweep.steps_to)
+      per_seed.append(values)
+    row = {"run": name, "seeds": len(per_seed)}
+    if sweep.x_values:
+      row["x"] = sweep.x_values[i]
+    for key in per_seed[0]:
+      vals = [v[key] for v in per_seed]
+      reached = [v for v in vals if v is not None]
+      row[f"{key}_mean"] = float(np.mean(reached)) if reached else None
+      row[f"{key}_std"] = float(np.std(reached)) if reached else None
+      if key == "steps_to_val":
+        row["steps_to_val_reached"] = f"{len(reached)}/{len(vals)}"
+    rows.append(row)
+  return rows
+
+
+def _fmt(mean, std):
+  return "—" if mean is None else f"{mean:.4g} ± {std:.2g}"
+
+
+def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
+  keys = list(sweep.metrics) + (["steps_to_val"] if sweep.steps_to > 0 else [])
+  header = ["run"] + (["x"] if sweep.x_values else []) + keys
+  lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}" + (
+      f"; steps_to_val = first fine-tune step with validation accuracy >= {sweep.steps_to} "
+      f"(mean over the seeds that reached it)" if sweep.steps_to > 0 else ""), "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for r in rows:
+    cells = [r["run"]] + ([str(r["x"])] if sweep.x_values else [])
+    for k in keys:
+      cell = _fmt(r[f"{k}_mean"], r[f"{k}_std"])
+      if k == "steps_to_val":
+        cell += f" ({r['steps_to_val_reached']})"
+      cells.append(cell)
+    lines.append("| " + " | ".join(cells) + " |")
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  with open(os.path.join(workdir, "table.csv"), "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(rows, f, indent=2)
+  from spt_jax.analysis import plots
+  main_metric = sweep.metrics[0]
+  means = np.array([r[f"{main_metric}_mean"] for r in rows], float)
+  stds = np.array([r[f"{main_metric}_std"] for r in rows], float)
+  if sweep.x_values:
+    plots.lines(list(sweep.x_values), {main_metric: (means, stds)},
+                os.path.join(workdir, "plot.png"), xlabel=sweep.x_label, ylabel=main_metric,
+                title=sweep.title, logx=True)
+  else:
+    plots.bars([r["run"] for r in rows], means, stds, os.path.join(workdir, "plot.png"),
+               ylabel=main_metric, title=sweep.title)
+
+
+def main(argv):
+  del argv
+  rows = run_sweep(flags.FLAGS.config, flags.FLAGS.workdir, flags.FLAGS.processes)
+  print(open(os.path.join(flags.FLAGS.workdir, "table.md")).read())
+  del rows
+
+
+if __name__ == "__main__":
+  app.run(main)

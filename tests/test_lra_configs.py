@@ -1,0 +1,66 @@
+"""Every LRA task's `smoke` config, SPT and from scratch, end to end (Text and Image on TFDS mock data)."""
+import contextlib
+import time
+
+import pytest
+import tensorflow_datasets as tfds
+
+from conftest import load_config
+from spt_jax import config_lib, experiment
+
+TASKS = ("text", "retrieval", "image", "pathfinder", "pathx")
+
+
+def _data_context(task):
+  if task in ("text", "image"):
+    # No network here: TFDS's mock patches the data source with generated examples of the real
+    # feature spec, so the loaders' own code runs unchanged.
+    return tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE)
+  return contextlib.nullcontext()
+
+
+def _cache(config, cache_dir):
+  for section in ("data", "pretrain_data"):
+    if section in config and "cache_dir" in config[section]:
+      config[section].cache_dir = cache_dir
+
+
+@pytest.mark.parametrize("kind", ["spt", "scratch"])
+@pytest.mark.parametrize("task", TASKS)
+def test_smoke_config_runs(task, kind, tmp_path, cache_dir):
+  config = load_config(f"{task}_{kind}", "smoke")
+  _cache(config, cache_dir)
+  start = time.time()
+  with _data_context(task):
+    results = experiment.run(config, str(tmp_path))
+  assert set(results) == set(config.phases.split(","))
+  assert 0 <= results["finetune"]["test_of_best"]["accuracy"] <= 1
+  # Each is well under 60 s on an idle 2-core machine (README); 90 s leaves room for a loaded one.
+  assert time.time() - start < 90
+
+
+def test_pathfinder_to_cifar_cross_task(tmp_path, cache_dir):
+  config = load_config("image_spt", "smoke,from_pathfinder")
+  _cache(config, cache_dir)
+  with _data_context("image"):
+    results = experiment.run(config, str(tmp_path))
+  assert results["pretrain"]["data_source"] != results["finetune"]["data_source"]
+  assert "pathfinder" in results["pretrain"]["data_source"]
+
+
+def test_incompatible_cross_task_pairing_is_refused(tmp_path):
+  config = load_config("text_spt", "smoke")
+  config.pretrain_data = config_lib.pathfinder_data(32)
+  config.pretrain.data = "pretrain_data"
+  with pytest.raises(ValueError, match=r"Phase 'finetune' cannot start from phase 'pretrain': "
+                                       r"pathfinder data .* input kinds differ \(pixels vs tokens\)"):
+    experiment.run(config, str(tmp_path))
+  config.pretrain_data.representation = "tokens"  # same kind, but 256 pixel tokens vs bytes: equal
+  config.model.position = "learned"
+  with pytest.raises(ValueError, match="learned position tables differ in length"):
+    experiment.run(config, str(tmp_path))
+
+
+def test_unknown_variant_is_refused():
+  with pytest.raises(ValueError, match=r"Unknown variant\(s\) \['from_pathfinder'\]"):
+    load_config("text_spt", "smoke,from_pathfinder")
