@@ -4,8 +4,6 @@ Config variants after a colon (`configs/listops_spt.py:smoke`); any field can be
 `--config.<path>=<value>` (e.g. `--config.pretrain.num_steps=100`). Re-running the same command on the
 same workdir resumes where the run stopped.
 """
-import logging as std_logging
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -17,18 +15,13 @@ flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.jso
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _quiet_orbax(record: std_logging.LogRecord) -> bool:
-  # Orbax logs every save and restore step at INFO through absl; keep its warnings and errors only.
-  return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   # Before anything touches a device: the backend is created once, and one created before joining
   # the multi-process job would only ever see this process's devices.
   distributed.maybe_initialize()
-  std_logging.getLogger("absl").addFilter(_quiet_orbax)
+  experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)
   experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)
 

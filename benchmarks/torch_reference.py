@@ -223,27 +223,37 @@ class TrainStep:
 
 
 def build(*, objective: str, mask_rate: float = 0.1, compile: bool = False, seed: int = 0,
-          **model_kwargs) -> TrainStep:
-  """A TrainStep on a fresh SequenceModel(**model_kwargs)."""
+          device: str = "cpu", **model_kwargs) -> TrainStep:
+  """A TrainStep on a fresh SequenceModel(**model_kwargs) on `device`."""
   torch.manual_seed(seed)
-  return TrainStep(SequenceModel(**model_kwargs), objective, mask_rate=mask_rate, compile=compile)
+  model = SequenceModel(**model_kwargs).to(device)
+  return TrainStep(model, objective, mask_rate=mask_rate, compile=compile)
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+def synchronize(device: str) -> None:
+  """Waits for queued kernels: CPU ops are synchronous, CUDA ones are not."""
+  if torch.device(device).type == "cuda":
+    torch.cuda.synchronize(device)
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
   """Best-of-`repeats` float32 n×n×n matmul rate, in GFLOP/s."""
-  a, b = torch.randn(n, n), torch.randn(n, n)
+  a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
   torch.mm(a, b)
+  synchronize(device)
   best = math.inf
   for _ in range(repeats):
     start = time.perf_counter()
     torch.mm(a, b)
+    synchronize(device)
     best = min(best, time.perf_counter() - start)
   return 2 * n**3 / best / 1e9
 
 
-def as_tensors(batch: dict[str, np.ndarray], input_kind: str = "tokens"
+def as_tensors(batch: dict[str, np.ndarray], input_kind: str = "tokens", device: str = "cpu"
                ) -> tuple[torch.Tensor, torch.Tensor]:
   """A numpy batch of the spt_jax pipeline as torch (inputs, labels); pixels stay 8-bit."""
   inputs = batch["inputs"]
   inputs = inputs.astype(np.uint8 if input_kind == "pixels" else np.int64)
-  return torch.from_numpy(inputs), torch.from_numpy(batch["labels"].astype(np.int64))
+  return (torch.from_numpy(inputs).to(device),
+          torch.from_numpy(batch["labels"].astype(np.int64)).to(device))

@@ -121,12 +121,21 @@ def machine_info() -> dict:
       "memory_gb": mem_gb, "platform": platform.platform(), "jax_backend": jax.default_backend(),
       "jax_devices": [str(d) for d in jax.devices()],
       "torch_threads": torch.get_num_threads() if torch is not None else None,
+      "torch_device": torch_device() if torch is not None else None,
+      "torch_float32_matmul_precision": (torch.get_float32_matmul_precision()
+                                         if torch is not None else None),
       "xla_flags": os.environ.get("XLA_FLAGS", ""), "versions": versions,
       "date": datetime.datetime.now().isoformat(timespec="seconds"),
   }
 
 
 def available_memory_bytes() -> float:
+  """Free memory where the JAX step runs: the accelerator's limit, else the host's MemAvailable."""
+  if jax.default_backend() != "cpu":
+    with contextlib.suppress(Exception):
+      stats = jax.devices()[0].memory_stats() or {}
+      if "bytes_limit" in stats:
+        return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
   with contextlib.suppress(OSError, ValueError):
     with open("/proc/meminfo") as f:
       for line in f:
@@ -135,7 +144,7 @@ def available_memory_bytes() -> float:
   return math.inf
 
 
-def jax_matmul_gflops(n: int = 2048, repeats: int = 8) -> float:
+def jax_matmul_gflops(n: int, repeats: int = 8) -> float:
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
   b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
   mm = jax.jit(jnp.matmul)
@@ -307,10 +316,18 @@ class JaxStep:
 # ------------------------------------------------------------------------------------------ torch
 
 
+def torch_device() -> str:
+  """Torch runs where JAX runs: on the GPU when JAX has one and torch can use it."""
+  if jax.default_backend() == "gpu" and torch.cuda.is_available():
+    return "cuda"
+  return "cpu"
+
+
 class TorchStep:
 
   def __init__(self, shape: Shape, kind: str, host_batches, mlm_outputs: int, *,
                compile: bool, attention_core: str = "sdpa"):
+    self.device = torch_device()
     if kind == "pretrain":
       objective = "pixel_mlm" if shape.input_kind == "pixels" else "mlm"
     else:
@@ -321,9 +338,10 @@ class TorchStep:
         head="mlm" if kind == "pretrain" else "classifier", num_classes=shape.num_classes,
         num_layers=shape.num_layers, d_model=shape.d_model, num_heads=shape.num_heads,
         d_ff=shape.d_ff, input_kind=shape.input_kind, mlm_outputs=mlm_outputs, pairs=shape.pairs,
-        attention_core=attention_core)
+        attention_core=attention_core, device=self.device)
     self.num_params = torch_reference.num_parameters(self.step.model)
-    self.batches = [torch_reference.as_tensors(b, shape.input_kind) for b in host_batches]
+    self.batches = [torch_reference.as_tensors(b, shape.input_kind, self.device)
+                    for b in host_batches]
     self.calls = 0
     # The first call compiles under torch.compile (and allocates in eager); it is never timed.
     self.compile_s = self()
@@ -333,6 +351,7 @@ class TorchStep:
     self.calls += 1
     start = time.perf_counter()
     self.step(inputs, labels)
+    torch_reference.synchronize(self.device)
     return time.perf_counter() - start
 
 
@@ -509,7 +528,7 @@ def markdown(report: dict) -> str:
       f"torch {m['versions'].get('torch', 'absent')} ({m['torch_threads']} threads); "
       f"backend {m['jax_backend']}. Load average {report['load_before']} before, "
       f"{report['load_after']} after.",
-      f"Matmul peak (fp32, best of several 2048³): JAX {peaks['jax']:.0f} GFLOP/s, torch "
+      f"Matmul peak (fp32, best of several n³): JAX {peaks['jax']:.0f} GFLOP/s, torch "
       f"{_fmt(peaks.get('torch'))} GFLOP/s; MFU below divides by {peaks['used']:.0f}.",
       f"Steps: median of {report['settings']['steps']} timed rounds after "
       f"{report['settings']['warmup']} warm-up round(s); one JAX, eager and compiled step per round.",
@@ -601,18 +620,22 @@ def main(argv=None) -> dict:
   log = lambda msg: print(msg, flush=True)
 
   started = time.time()
+  if torch is not None and torch_device() == "cuda":
+    # JAX multiplies float32 on GPUs with TF32 by default; torch does not. Same arithmetic for both.
+    torch.set_float32_matmul_precision("high")
   report = {"machine": machine_info(), "load_before": os.getloadavg()[0],
             "settings": {k: v for k, v in vars(args).items()}, "results": [], "skipped": [],
             "breakdown": []}
   log(f"{report['machine']['cpu']}, {report['machine']['usable_cores']} cores, load "
       f"{report['load_before']:.1f}")
-  peaks = {"jax": jax_matmul_gflops()}
+  on_cpu = jax.default_backend() == "cpu"
+  n = 2048 if on_cpu else 8192
+  peaks = {"jax": jax_matmul_gflops(n)}
   if torch is not None:
-    peaks["torch"] = torch_reference.matmul_peak_gflops()
+    peaks["torch"] = torch_reference.matmul_peak_gflops(n, device=torch_device())
   peaks["used"] = max(v for v in peaks.values())
   report["matmul_peak_gflops"] = peaks
-  log(f"matmul peak: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
-  on_cpu = jax.default_backend() == "cpu"
+  log("matmul peak: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
   impls = ["jax"] + (["torch_eager"] + (["torch_compiled"] if args.torch_compile else [])
                      if torch is not None else [])
 
@@ -633,6 +656,7 @@ def main(argv=None) -> dict:
     for kind in KINDS:
       try:
         report["results"].append(bench_kind(shape, kind, batch, args, peaks["used"], log))
+        save(report, args.out, started)
       except Exception as e:  # noqa: BLE001 - e.g. out of memory at one shape: report, go on
         report["skipped"].append({"shape": f"{name}/{kind}", "reason": first_line(e)})
         log(f"[{name}/{kind}] failed: {first_line(e)}")
@@ -646,23 +670,30 @@ def main(argv=None) -> dict:
     log(f"[{name}] breakdown at batch {batch}")
     try:
       report["breakdown"] += bench_breakdown(shape, batch, args, peaks["used"], log)
+      save(report, args.out, started)
     except Exception as e:  # noqa: BLE001
       report["skipped"].append({"shape": f"{name}/breakdown", "reason": first_line(e)})
       log(f"[{name} breakdown] failed: {first_line(e)}")
       if args.verbose:
         traceback.print_exc()
 
-  report["load_after"] = os.getloadavg()[0]
-  report["wall_s"] = time.time() - started
-  text = markdown(report)
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "train_step.md"), "w") as f:
-    f.write(text + f"\nWhole run: {report['wall_s']:.0f} s.\n")
-  with open(os.path.join(args.out, "train_step.json"), "w") as f:
-    json.dump(report, f, indent=1, default=str)
+  text = save(report, args.out, started)
   print(text)
   log(f"whole run {report['wall_s']:.0f} s; wrote {args.out}/train_step.{{md,json}}")
   return report
+
+
+def save(report: dict, out: str, started: float) -> str:
+  """Writes the tables and JSON so far: a run cut short still leaves what it measured."""
+  report["load_after"] = os.getloadavg()[0]
+  report["wall_s"] = time.time() - started
+  text = markdown(report)
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "train_step.md"), "w") as f:
+    f.write(text + f"\nWhole run: {report['wall_s']:.0f} s.\n")
+  with open(os.path.join(out, "train_step.json"), "w") as f:
+    json.dump(report, f, indent=1, default=str)
+  return text
 
 
 if __name__ == "__main__":

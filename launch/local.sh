@@ -1,32 +1,32 @@
 #!/usr/bin/env bash
 # Runs one multi-process JAX job on this machine: NUM_PROCESSES copies of `python main.py ARGS...`
-# joined through a coordinator on 127.0.0.1 (a free port), as on a pod but over loopback. Use it to
-# check multi-process behaviour (data sharding, checkpoints, process-0-only writes) without a cluster.
+# joined through a coordinator on 127.0.0.1 (a free port), as on a pod but over loopback. Checks
+# multi-process behaviour (data sharding, checkpoints, process-0-only writes) without a cluster.
 #
 #   launch/local.sh [OPTIONS] NUM_PROCESSES -- [ARGS...]
 #   launch/local.sh 2 -- --config=configs/listops_spt.py:smoke --workdir=/tmp/spt_2proc
 #
 # Options:
-#   --dry-run        print the NUM_PROCESSES commands (with their environment) instead of running them
+#   --dry-run        print the NUM_PROCESSES commands (with their environment), run nothing
 #   --port=PORT      coordinator port (default: a free one)
 #   --script=FILE    Python file to run instead of main.py (same ARGS, same environment)
 #   -h, --help       this text
 #
-# Each process gets SPT_JAX_INIT=1, SPT_JAX_COORDINATOR=127.0.0.1:PORT, SPT_JAX_NUM_PROCESSES and its own
-# SPT_JAX_PROCESS_ID (0..NUM_PROCESSES-1); spt_jax/distributed.py reads them. Its stdout and stderr lines
-# are prefixed with "[ID] ". Every process on CPU has one device unless XLA_FLAGS says otherwise
-# (--xla_force_host_platform_device_count=K gives NUM_PROCESSES*K devices in all).
+# Each process gets SPT_JAX_INIT=1, SPT_JAX_COORDINATOR=127.0.0.1:PORT, SPT_JAX_NUM_PROCESSES and
+# its own SPT_JAX_PROCESS_ID (0..NUM_PROCESSES-1), which spt_jax/distributed.py reads. Its stdout
+# and stderr lines are prefixed with "[ID] ". On CPU each process has one device unless XLA_FLAGS
+# says otherwise (--xla_force_host_platform_device_count=K: NUM_PROCESSES*K devices in all).
 #
 # Environment:
-#   PYTHON            interpreter (default: python, or python3 if there is no python)
-#   DRY_RUN=1         same as --dry-run
-#   SPT_JAX_PORT      same as --port
-#   SPT_JAX_INIT_TIMEOUT  seconds each process waits for the others to connect (JAX default 300)
-#   KILL_GRACE        seconds between SIGTERM and SIGKILL when stopping the processes (default 10)
+#   PYTHON                interpreter (default: python, or python3 if there is no python)
+#   DRY_RUN=1             same as --dry-run
+#   SPT_JAX_PORT          same as --port
+#   SPT_JAX_INIT_TIMEOUT  seconds each process waits for the others to connect (JAX: 300)
+#   KILL_GRACE            seconds from SIGTERM to SIGKILL when stopping processes (default 10)
 #
-# Exit status: 0 if every process succeeded; otherwise the first failing process's status. When one
-# process fails the others are stopped (they would otherwise wait at the next collective until JAX's
-# heartbeat timeout). SIGINT, SIGTERM and SIGHUP are forwarded to every process as SIGTERM (background
+# Exit status: 0 if every process succeeded, else the first failing process's status. When one
+# process fails the others are stopped (they would otherwise wait in the next collective until
+# JAX's heartbeat timeout). SIGINT, SIGTERM and SIGHUP reach every process as SIGTERM (background
 # processes of a script ignore SIGINT).
 set -euo pipefail
 
@@ -56,19 +56,22 @@ done
 args=("$@")
 
 [[ -n "$num_processes" ]] || die "NUM_PROCESSES is required (see --help)"
-[[ "$num_processes" =~ ^[1-9][0-9]*$ ]] || die "NUM_PROCESSES=$num_processes must be a positive integer"
+[[ "$num_processes" =~ ^[1-9][0-9]*$ ]] ||
+  die "NUM_PROCESSES=$num_processes must be a positive integer"
 [[ -f "$script" ]] || die "no such script: $script"
 python="${PYTHON:-$(if command -v python >/dev/null; then echo python; else echo python3; fi)}"
 if [[ -z "$port" ]]; then
   # Bound and released at once: free now, and process 0's coordinator binds it within seconds.
-  port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')"
 fi
 [[ "$port" =~ ^[0-9]+$ ]] || die "port $port must be a number"
 coordinator="127.0.0.1:$port"
 
 command_for() {  # The environment and argv of process $1, one word per array element.
-  cmd=(env SPT_JAX_INIT=1 "SPT_JAX_COORDINATOR=$coordinator" "SPT_JAX_NUM_PROCESSES=$num_processes"
-       "SPT_JAX_PROCESS_ID=$1" "$python" "$script" ${args[@]+"${args[@]}"})
+  cmd=(env SPT_JAX_INIT=1 "SPT_JAX_COORDINATOR=$coordinator"
+       "SPT_JAX_NUM_PROCESSES=$num_processes" "SPT_JAX_PROCESS_ID=$1"
+       "$python" "$script" ${args[@]+"${args[@]}"})
 }
 
 if [[ "$dry_run" == 1 ]]; then
@@ -80,7 +83,7 @@ if [[ "$dry_run" == 1 ]]; then
 fi
 
 pids=()
-stop_all() {  # Sends SIGTERM to every process still running, then SIGKILL after KILL_GRACE seconds.
+stop_all() {  # SIGTERM to every process still running, SIGKILL after KILL_GRACE seconds.
   local pid left deadline=$((SECONDS + ${KILL_GRACE:-10}))
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   while ((SECONDS < deadline)); do
@@ -107,13 +110,13 @@ prefix() { awk -v p="[$1] " '{ print p $0; fflush() }'; }
 
 for ((i = 0; i < num_processes; i++)); do
   command_for "$i"
-  # Process substitutions keep $! the Python process's id (a pipeline's would be the last command's).
+  # Process substitutions keep $! the Python process's id (a pipeline's: its last command's).
   "${cmd[@]}" > >(prefix "$i") 2> >(prefix "$i" >&2) &
   pids+=("$!")
 done
 
-# Polled rather than `wait -n`, which cannot say which process ended before bash 5.1. bash reaps its
-# children as they exit, so `kill -0` fails for a finished one and `wait PID` then returns its status.
+# Polled rather than `wait -n`, which cannot say which process ended before bash 5.1. bash reaps
+# its children as they exit, so `kill -0` fails for a finished one and `wait PID` gives its status.
 status=0
 running=("${!pids[@]}")
 while ((${#running[@]})); do
@@ -134,5 +137,5 @@ while ((${#running[@]})); do
   running=(${still[@]+"${still[@]}"})
   ((${#running[@]})) && sleep 0.2
 done
-wait  # The prefixing filters, so that every line is out before this script's status is.
+wait  # bash >= 5.1 also waits for the last output filter: the tail comes before the prompt.
 exit "$status"

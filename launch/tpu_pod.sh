@@ -1,47 +1,47 @@
 #!/usr/bin/env bash
 # Trains on a Cloud TPU VM or pod slice: one `python main.py` per TPU host, all joined by
-# jax.distributed.initialize() (SPT_JAX_INIT=1; on TPU it finds the other hosts by itself). Every host
-# generates the same ListOps cache on its own disk (deterministic, about 95 s) or reads DATA_DIR.
+# jax.distributed.initialize() (SPT_JAX_INIT=1; on TPU it finds the other hosts by itself). Each
+# host generates the same ListOps cache on its own disk (deterministic, ~95 s) or reads DATA_DIR.
 #
 #   launch/tpu_pod.sh [--dry-run] COMMAND [-- EXTRA main.py ARGS...]
 #
 # Commands:
-#   create    create the TPU VM (gcloud compute tpus tpu-vm create)
-#   copy      copy this repository (without .git, runs/, caches) to every worker, replacing REMOTE_DIR
-#   setup     on every worker: a venv in VENV, then `pip install -e . "jax[tpu]"`
-#   run       on every worker: SPT_JAX_INIT=1 python main.py --config=CONFIG --workdir=WORKDIR ARGS...
-#             (blocks, streaming every worker's output; re-running the same command resumes)
-#   stop      stop the run started by `run` on every worker (SIGTERM to the recorded process id)
-#   delete    delete the TPU VM
-#   all       create, copy, setup and run
-#   (`copy` and `setup` again after editing the code; `run` alone to resume.)
+#   create   create the TPU VM (gcloud compute tpus tpu-vm create)
+#   copy     copy this repository (no .git, runs/, caches) to every worker, replacing REMOTE_DIR
+#   setup    on every worker: a venv in VENV, then `pip install -e . "jax[tpu]"`
+#   run      on every worker: SPT_JAX_INIT=1 python main.py --config=CONFIG --workdir=WORKDIR ...
+#            (blocks, streaming every worker's output; running it again resumes the run)
+#   stop     stop the run started by `run` on every worker (SIGTERM to the recorded process)
+#   delete   delete the TPU VM
+#   all      create, copy, setup and run
+#   After editing the code: copy (and setup if dependencies changed), then run.
 #
 # Options:
-#   --dry-run, DRY_RUN=1   print every command (gcloud and local staging) instead of running it
+#   --dry-run, DRY_RUN=1   print every command (gcloud and local staging), run nothing
 #   -h, --help             this text
 #
 # Variables (environment; defaults in brackets):
-#   TPU_NAME          name of the TPU VM                                        [spt-jax]
-#   ZONE              zone that has the accelerator type                         [us-central2-b]
-#   ACCELERATOR_TYPE  slice type, e.g. v4-8 (one host), v4-32 (4 hosts), v5litepod-16  [v4-8]
-#   RUNTIME_VERSION   TPU VM software version                                    [tpu-ubuntu2204-base]
-#   PROJECT           Google Cloud project                          [gcloud config get-value project]
-#   BUCKET            Cloud Storage bucket for results, without gs://            (required by `run`)
-#   WORKDIR           --workdir of main.py                    [gs://BUCKET/spt_jax/<config name>]
-#   CONFIG            --config of main.py, relative to the repository  [configs/listops_spt.py]
-#   DATA_DIR          --config.data.data_dir on the workers, e.g. an lra_release copy ['': generate]
-#   REPO_DIR          local repository to copy                      [the parent of this script's dir]
-#   REMOTE_DIR        where the repository goes on each worker                   [spt_jax, in ~]
-#   VENV              virtual environment on each worker                         [spt_jax_venv, in ~]
-#   PYTHON            interpreter that creates the venv on the workers           [python3]
+#   TPU_NAME          name of the TPU VM                                       [spt-jax]
+#   ZONE              a zone that has the accelerator type                     [us-central2-b]
+#   ACCELERATOR_TYPE  slice, e.g. v4-8 (one host), v4-32 (4 hosts), v5litepod-16   [v4-8]
+#   RUNTIME_VERSION   TPU VM software version                          [tpu-ubuntu2204-base]
+#   PROJECT           Google Cloud project                [gcloud config get-value project]
+#   BUCKET            Cloud Storage bucket for results, without gs://   (needed by `run`)
+#   WORKDIR           --workdir of main.py               [gs://BUCKET/spt_jax/<config name>]
+#   CONFIG            --config of main.py, relative to the repo    [configs/listops_spt.py]
+#   DATA_DIR          --config.data.data_dir on the workers (an lra_release)  ['': generate]
+#   REPO_DIR          local repository to copy               [the parent of this script's dir]
+#   REMOTE_DIR        where the repository goes on each worker, under ~        [spt_jax]
+#   VENV              virtual environment on each worker, under ~              [spt_jax_venv]
+#   PYTHON            interpreter that creates the venv on the workers        [python3]
 #   CREATE_FLAGS      extra flags for `tpu-vm create`, e.g. "--spot" or "--preemptible"
 #   EXTRA_ARGS        extra main.py arguments (also: anything after --), e.g. --config.seed=1
 #
-# Requires: gcloud, authenticated, with the TPU API enabled. Every host must see the same WORKDIR (a
-# checkpoint is written by all hosts together and resuming reads it back on all of them): the TPU VM's
-# service account needs write access to BUCKET. A gs:// WORKDIR needs every workdir path in spt_jax to
-# go through etils.epath rather than os.path/open(); where it does not, use a directory that every
-# worker mounts at the same place (e.g. gcsfuse) instead.
+# Requires gcloud, authenticated, with the TPU API enabled. Every host must see the same WORKDIR
+# (all hosts write each checkpoint together and read it back to resume), so the TPU VM's service
+# account needs write access to BUCKET. A gs:// WORKDIR needs spt_jax to reach every workdir path
+# through etils.epath, not os.path and open(); until it does, use a directory that every worker
+# mounts at the same place (e.g. with gcsfuse) instead.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
@@ -55,7 +55,9 @@ while (($#)); do
     --dry-run) dry_run=1; shift ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
-    *) [[ -z "$command" ]] || die "one command at a time (got $command and $1)"; command="$1"; shift ;;
+    *)
+      [[ -z "$command" ]] || die "one command at a time (got $command and $1)"
+      command="$1"; shift ;;
   esac
 done
 [[ -n "$command" ]] || { usage >&2; exit 2; }
@@ -63,7 +65,8 @@ case "$command" in
   create|copy|setup|run|stop|delete|all) ;;
   *) die "unknown command $command (see --help)" ;;
 esac
-extra_args=(${EXTRA_ARGS:-} "$@")  # EXTRA_ARGS splits on spaces, as on a command line without quotes.
+# EXTRA_ARGS splits on spaces, as an unquoted command line would.
+extra_args=(${EXTRA_ARGS:-} "$@")
 
 TPU_NAME="${TPU_NAME:-spt-jax}"
 ZONE="${ZONE:-us-central2-b}"
@@ -82,12 +85,15 @@ if [[ -z "${PROJECT:-}" ]]; then
   [[ -n "$PROJECT" ]] || { [[ "$dry_run" == 1 ]] && PROJECT=PROJECT; } || die "set PROJECT"
 fi
 
-# The config name without the directory, `.py` and variant: configs/listops_spt.py:smoke → listops_spt_smoke.
+# The config file's name and variant: configs/listops_spt.py:smoke → listops_spt_smoke.
 config_name="$(basename "${CONFIG%%:*}" .py)${CONFIG##*.py}"; config_name="${config_name/:/_}"
 workdir_or_die() {
   if [[ -n "${WORKDIR:-}" ]]; then echo "$WORKDIR"; return; fi
-  [[ -n "${BUCKET:-}" ]] || { [[ "$dry_run" == 1 ]] && { echo "gs://BUCKET/spt_jax/$config_name"; return; }; } \
-    || die "set BUCKET (or WORKDIR) for run"
+  if [[ -z "${BUCKET:-}" ]]; then
+    [[ "$dry_run" == 1 ]] || die "set BUCKET (or WORKDIR) for run"
+    echo "gs://BUCKET/spt_jax/$config_name"
+    return
+  fi
   echo "gs://${BUCKET#gs://}/spt_jax/$config_name"
 }
 
@@ -116,9 +122,10 @@ x() {
 tpu=(gcloud compute tpus tpu-vm)
 where=(--zone="$ZONE" --project="$PROJECT")
 
-# One remote shell command on every worker at once; `set -e` there so a failed step stops that worker.
-on_all_workers() { x "${tpu[@]}" ssh "$TPU_NAME" "${where[@]}" --worker=all --command="set -e; $1"; }
-
+# One remote shell command on every worker at once; `set -e` so a failed step stops that worker.
+on_all_workers() {
+  x "${tpu[@]}" ssh "$TPU_NAME" "${where[@]}" --worker=all --command="set -e; $1"
+}
 
 do_create() {
   x "${tpu[@]}" create "$TPU_NAME" "${where[@]}" --accelerator-type="$ACCELERATOR_TYPE" \
@@ -126,7 +133,7 @@ do_create() {
 }
 
 do_copy() {
-  # A clean copy (no .git, runs, caches or local venvs): scp --recurse sends every file of the tree.
+  # A clean copy (no .git, runs, caches or local venvs): scp --recurse sends every file it finds.
   local stage
   if [[ "$dry_run" == 1 ]]; then
     stage="${TMPDIR:-/tmp}/spt_jax_stage.XXXXXX"
@@ -143,13 +150,15 @@ do_copy() {
 }
 
 do_setup() {
-  # gcsfs (fsspec) is how etils.epath, and so Orbax's metadata, reaches gs://; google-cloud-storage is
-  # tensorboardX's route to gs:// event files.
-  # Ubuntu's TPU images may lack the venv module (python3-venv): install it when creating the venv fails.
-  local venv="$(quote "$PYTHON") -m venv ~/$(quote "$VENV")"
-  on_all_workers "{ $venv || { sudo apt-get update -q && sudo apt-get install -y -q python3-venv && $venv; }; } && source ~/$(quote "$VENV")/bin/activate \
-&& pip install -q --upgrade pip && cd ~/$(quote "$REMOTE_DIR") && pip install -q -e . \"jax[tpu]\" gcsfs google-cloud-storage \
-&& python -c \"import jax; print(jax.process_index(), jax.local_device_count(), jax.devices()[0].platform)\""
+  # Ubuntu's TPU images may lack python3-venv: installed if creating the venv fails. gcsfs is how
+  # etils.epath (so Orbax's metadata) reaches gs://; google-cloud-storage is tensorboardX's way.
+  local venv activate
+  venv="$(quote "$PYTHON") -m venv ~/$(quote "$VENV")"
+  activate="source ~/$(quote "$VENV")/bin/activate"
+  on_all_workers "{ $venv || { sudo apt-get update -q && sudo apt-get install -y -q python3-venv \
+&& $venv; }; } && $activate && pip install -q --upgrade pip && cd ~/$(quote "$REMOTE_DIR") \
+&& pip install -q -e . \"jax[tpu]\" gcsfs google-cloud-storage \
+&& python -c \"import jax, spt_jax; print('jax', jax.__version__)\""
 }
 
 do_run() {
@@ -158,14 +167,14 @@ do_run() {
   args=(--config="$CONFIG" --workdir="$workdir")
   [[ -z "$DATA_DIR" ]] || args+=(--config.data.data_dir="$DATA_DIR")
   args+=(${extra_args[@]+"${extra_args[@]}"})
-  # The process id goes to a file so that `stop` ends exactly this run; exec keeps that id Python's.
+  # The process id goes to a file so that `stop` ends exactly this run; exec makes it Python's.
   on_all_workers "source ~/$(quote "$VENV")/bin/activate && cd ~/$(quote "$REMOTE_DIR") \
 && echo \$\$ > ~/.spt_jax_run.pid && SPT_JAX_INIT=1 exec python main.py $(quote "${args[@]}")"
 }
 
 do_stop() {
-  on_all_workers "if [ -f ~/.spt_jax_run.pid ]; then kill -TERM \$(cat ~/.spt_jax_run.pid) 2>/dev/null \
-|| true; rm -f ~/.spt_jax_run.pid; fi"
+  on_all_workers "if [ -f ~/.spt_jax_run.pid ]; then \
+kill -TERM \$(cat ~/.spt_jax_run.pid) 2>/dev/null || true; rm -f ~/.spt_jax_run.pid; fi"
 }
 
 do_delete() { x "${tpu[@]}" delete "$TPU_NAME" "${where[@]}" --quiet; }

@@ -230,6 +230,14 @@ def apply_variant(config, arg, filename: str) -> None:
     raise ValueError(f"Unknown variant {arg!r} for {filename}; known variants: {known}.")
 
 
+def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x_label: str = "",
+                 metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9):
+  """A sweep config for `python -m spt_jax.sweep` (fields: see spt_jax/sweep.py's docstring)."""
+  return ml_collections.ConfigDict(dict(
+      base=base, runs=tuple(runs), title=title, seeds=tuple(seeds), x_values=tuple(x_values),
+      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to)))
+
+
 # Amos et al. (ICLR 2024), App. C, Transformer settings per LRA task (the brief's table): model size,
 # batch, epochs and learning rates for pretraining (PT) and fine-tuning (FT), masking rate, pooling.
 # Warmup lengths are not given in the paper; 1000 steps is ours.

@@ -1,15 +1,15 @@
-"""Multi-process start-up: one JAX process per host (TPU pod), per GPU (SLURM) or per local launch.
+"""Multi-process start-up: one JAX process per TPU host, per GPU (SLURM) or per local launch.
 
-Opt-in, as big_vision's BV_JAX_INIT: with `SPT_JAX_INIT=1`, `jax.distributed.initialize()` runs before
-anything touches a device. On a Cloud TPU pod and under SLURM it detects the coordinator, the number of
-processes and this process's id by itself; `launch/local.sh` passes them instead through
+Opt-in, as big_vision's BV_JAX_INIT: with `SPT_JAX_INIT=1`, `jax.distributed.initialize()` runs
+before anything touches a device. On a Cloud TPU pod and under SLURM it finds the coordinator, the
+number of processes and this process's id by itself; `launch/local.sh` passes them instead through
   SPT_JAX_COORDINATOR     host:port of process 0's coordination service
   SPT_JAX_NUM_PROCESSES   how many processes take part
   SPT_JAX_PROCESS_ID      this process's id in [0, SPT_JAX_NUM_PROCESSES)
   SPT_JAX_INIT_TIMEOUT    seconds to wait for every process to connect (JAX's default: 300)
-Each set variable overrides what would be auto-detected. Every process runs the same program on its
-own slice of each batch (spt_jax/data/pipeline.py); process 0 alone writes metrics and JSON files, and
-the processes other than 0 log warnings and errors only.
+Each one that is set overrides auto-detection. Every process runs the same program on its own slice
+of each batch (spt_jax/data/pipeline.py); process 0 alone writes metrics and JSON files, and the
+other processes log warnings and errors only.
 """
 from __future__ import annotations
 
@@ -24,18 +24,15 @@ COORDINATOR = "SPT_JAX_COORDINATOR"
 NUM_PROCESSES = "SPT_JAX_NUM_PROCESSES"
 PROCESS_ID = "SPT_JAX_PROCESS_ID"
 INIT_TIMEOUT = "SPT_JAX_INIT_TIMEOUT"
-_EXPLICIT = (COORDINATOR, NUM_PROCESSES, PROCESS_ID, INIT_TIMEOUT)
+# Any of these without SPT_JAX_INIT=1 means a launch meant to be multi-process.
+_PROCESS_VARIABLES = (COORDINATOR, NUM_PROCESSES, PROCESS_ID)
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
-  value = environ[name]
-  try:
-    number = int(value)
-  except ValueError:
-    number = None
-  if number is None or number < minimum:
-    raise ValueError(f"{name}={value!r} must be an integer >= {minimum}.")
-  return number
+  value = environ[name].strip()
+  if not value.isdigit() or int(value) < minimum:
+    raise ValueError(f"{name}={environ[name]!r} must be an integer >= {minimum}.")
+  return int(value)
 
 
 def initialize_kwargs(environ: Mapping[str, str] = os.environ) -> dict | None:
@@ -44,12 +41,12 @@ def initialize_kwargs(environ: Mapping[str, str] = os.environ) -> dict | None:
   if flag not in ("", "0", "1"):
     raise ValueError(f"{INIT}={flag!r} must be 1 (multi-process) or 0/unset (single process).")
   if flag != "1":
-    stray = [name for name in _EXPLICIT if environ.get(name)]
+    stray = [name for name in _PROCESS_VARIABLES if environ.get(name)]
     if stray:
-      # Without initialisation every process would train alone on the whole data and race the others
-      # over one workdir: refuse rather than silently run N independent copies.
-      raise ValueError(f"{', '.join(stray)} set without {INIT}=1; set {INIT}=1 for a multi-process "
-                       f"run or unset them.")
+      # Without initialisation every process would train alone on all the data and race the
+      # others over one workdir: refuse rather than silently run N independent copies.
+      raise ValueError(f"{', '.join(stray)} set without {INIT}=1; set {INIT}=1 for a "
+                       f"multi-process run or unset them.")
     return None
   kwargs = {}
   if environ.get(COORDINATOR):
@@ -73,17 +70,17 @@ def initialize_kwargs(environ: Mapping[str, str] = os.environ) -> dict | None:
 def maybe_initialize(environ: Mapping[str, str] = os.environ) -> bool:
   """Joins the multi-process job the environment describes; returns whether it did.
 
-  Must run before the first use of a device (jax.devices(), an array, a mesh): the backend is created
-  once, and a backend created before initialisation sees this process's devices only.
+  Must run before the first use of a device (jax.devices(), an array, a mesh): the backend is
+  created once, and one created before initialisation sees this process's devices only.
   """
   kwargs = initialize_kwargs(environ)
   if kwargs is None:
     return False
   jax.distributed.initialize(**kwargs)
   local = jax.local_devices()
-  logging.info("JAX process %d of %d: %d local device(s) %s of %d in all (%s).", jax.process_index(),
-               jax.process_count(), len(local), [d.id for d in local], jax.device_count(),
-               local[0].platform)
+  logging.info("JAX process %d of %d: %d local device(s) %s of %d in all (%s).",
+               jax.process_index(), jax.process_count(), len(local), [d.id for d in local],
+               jax.device_count(), local[0].platform)
   if jax.process_index() != 0:
     # Every process logs the same steps and evaluations; one copy (process 0's) is enough.
     logging.set_verbosity(logging.WARNING)

@@ -6,6 +6,7 @@ results resumes from its latest checkpoint.
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import os
 
 import jax
@@ -15,6 +16,15 @@ from absl import logging
 from spt_jax import config_lib, train
 from spt_jax.data import tasks
 from spt_jax.metric_writers import write_json
+
+
+def _not_orbax_info(record: std_logging.LogRecord) -> bool:
+  return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+
+def quiet_orbax_logging() -> None:
+  """Orbax logs every save and restore at INFO through absl; keep only its warnings and errors."""
+  std_logging.getLogger("absl").addFilter(_not_orbax_info)
 
 
 def make_mesh() -> jax.sharding.Mesh:

@@ -7,7 +7,10 @@ A sweep config (ml_collections) has:
   base       the run config, 'configs/x.py' or 'configs/x.py:variant'
   seeds      seeds each run is repeated with
   runs       strings 'name: key=value key=value ...' — overrides of the base config (dotted keys as on
-             the command line; `config=configs/y.py:variant` replaces the base for that run)
+             the command line; `config=configs/y.py:variant` replaces the base for that run).
+             `{workdir}` and `{seed}` in a value are substituted, so a run can start from an earlier
+             run's phase (e.g. `finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain`):
+             runs execute in the listed order, so list the referenced run first (--processes=1).
   metrics    dotted paths into results.json, e.g. 'finetune.test_of_best.accuracy'
   steps_to   a validation accuracy threshold: also report fine-tune steps until it is first reached
   x_values   optional numbers, one per run: the plot is then a line over x instead of bars
@@ -33,20 +36,6 @@ from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-config_flags.DEFINE_config_file("config", None, "Sweep config file, optionally with ':variant'.",
-                                lock_config=True)
-flags.DEFINE_string("workdir", None, "Directory of the sweep's runs and outputs.")
-flags.DEFINE_integer("processes", 1, "Runs executed at once (each a separate main.py process if > 1).")
-flags.mark_flags_as_required(["config", "workdir"])
-
-
-def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x_label: str = "",
-                 metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9):
-  """A sweep config (see the module docstring); sweep files in configs/sweeps/ build theirs here."""
-  import ml_collections
-  return ml_collections.ConfigDict(dict(
-      base=base, runs=tuple(runs), title=title, seeds=tuple(seeds), x_values=tuple(x_values),
-      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to)))
 
 
 def parse_run(spec: str) -> tuple[str, dict]:
@@ -139,7 +128,10 @@ def run_sweep(sweep, workdir: str, processes: int = 1) -> list[dict]:
     raise ValueError(f"Sweep run names must be unique: {names}")
   if sweep.x_values and len(sweep.x_values) != len(runs):
     raise ValueError(f"x_values has {len(sweep.x_values)} entries for {len(runs)} runs.")
-  jobs = [(name, ov, seed, os.path.join(workdir, name, f"seed_{seed}"))
+  def substitute(overrides, seed):
+    return {k: v.format(workdir=os.path.abspath(workdir), seed=seed) if isinstance(v, str) else v
+            for k, v in overrides.items()}
+  jobs = [(name, substitute(ov, seed), seed, os.path.join(workdir, name, f"seed_{seed}"))
           for name, ov in runs for seed in sweep.seeds]
   todo = [j for j in jobs if not os.path.exists(os.path.join(j[3], "results.json"))]
   logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
@@ -226,10 +218,22 @@ def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
 
 def main(argv):
   del argv
+  from spt_jax import experiment
+  experiment.quiet_orbax_logging()
   rows = run_sweep(flags.FLAGS.config, flags.FLAGS.workdir, flags.FLAGS.processes)
   print(open(os.path.join(flags.FLAGS.workdir, "table.md")).read())
   del rows
 
 
+def _define_flags():
+  # Defined only when run as a program, so importing the library never claims global flag names.
+  config_flags.DEFINE_config_file("config", None, "Sweep config file, optionally with ':variant'.",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory of the sweep's runs and outputs.")
+  flags.DEFINE_integer("processes", 1, "Runs executed at once (separate main.py processes if > 1).")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -1,15 +1,14 @@
-"""Two JAX processes over loopback (launch/local.sh) against the one-process `spt_run`, and the launchers.
+"""Two JAX processes over loopback (launch/local.sh) against the one-process `spt_run`; launchers.
 
-The two-process run trains the same tiny config as `spt_run`, one CPU device per process, so the global
-batch is split across processes exactly as across hosts of a pod. Every subprocess runs in its own
-session with a timeout, and the whole session is killed if it overruns.
+The two-process run trains the same tiny config as `spt_run` with one CPU device per process, so the
+global batch is split across processes as across the hosts of a pod. Every subprocess runs in its
+own session with a timeout, and the whole session is killed if it overruns.
 """
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -22,6 +21,7 @@ from spt_jax.data import pipeline
 
 PHASES = ("pretrain", "finetune")
 LOCAL = os.path.join(ROOT, "launch", "local.sh")
+TPU_POD = os.path.join(ROOT, "launch", "tpu_pod.sh")
 SCRIPTS = ("local.sh", "tpu_pod.sh", "slurm.sbatch")
 # Generous against a loaded 2-core machine; an unloaded one needs a fraction.
 RUN_TIMEOUT = 300
@@ -45,7 +45,7 @@ def _run(argv, timeout, env=None) -> subprocess.CompletedProcess:
   except subprocess.TimeoutExpired:
     os.killpg(proc.pid, signal.SIGKILL)
     out, err = proc.communicate()
-    pytest.fail(f"{argv[:4]} did not finish in {timeout} s; stderr tail:\n{err[-3000:]}")
+    pytest.fail(f"{argv[:4]} did not finish in {timeout} s; stderr tail:\n{err[-8000:]}")
   return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
@@ -60,16 +60,22 @@ def _final_params(workdir: str, phase: str) -> dict:
 
 
 def _checksums(flat: dict) -> dict:
-  return {p: [float(np.sum(np.asarray(v, np.float64))), float(np.sum(np.square(np.asarray(v, np.float64))))]
-          for p, v in sorted(flat.items())}
+  """Per path: the sum and the sum of squares, as the checksum worker computes them."""
+  sums = {}
+  for path, value in sorted(flat.items()):
+    value = np.asarray(value, np.float64)
+    sums[path] = [float(np.sum(value)), float(np.sum(np.square(value)))]
+  return sums
 
 
-# Runs main.py's main() unchanged, recording which training examples each process materialised. It
-# also works around spt_jax/data/pipeline.py ordering each process's rows separately (see
-# test_global_batch_order_does_not_depend_on_the_process_count): where a process-sliced batch is not a
+# Runs main.py's main() unchanged, recording which training examples each process materialised.
+# It also works around spt_jax/data/pipeline.py ordering each process's rows separately (see
+# test_global_batch_order_does_not_depend_on_the_process_count): where a process's rows are not its
 # slice of the one-process batch, each process takes its slice of the one-process batch instead.
 _TRAIN_WORKER = """
-import hashlib, json, os, sys
+import faulthandler, hashlib, json, os, sys
+# Where each thread is, should the run hang: printed shortly before the test gives up on it.
+faulthandler.dump_traceback_later({dump_after})
 sys.path.insert(0, {root!r})
 import numpy as np
 from absl import app
@@ -79,7 +85,8 @@ from spt_jax.data import pipeline
 original = pipeline.train_batches
 probe = {{"inputs": np.arange(32)[:, None]}}
 whole = next(original(probe, 8, seed=0))["inputs"]
-parts = [next(original(probe, 8, seed=0, process_index=i, process_count=2))["inputs"] for i in range(2)]
+parts = [next(original(probe, 8, seed=0, process_index=i, process_count=2))["inputs"]
+         for i in range(2)]
 
 def global_order(arrays, global_batch, *, seed, start_step=0, process_index=0, process_count=1):
   per = global_batch // process_count
@@ -143,19 +150,19 @@ def two_process_run(tmp_path_factory, spt_run):
   workdir, log_dir = str(base / "workdir"), str(base / "shards")
   os.makedirs(log_dir)
   worker = base / "train_worker.py"
-  worker.write_text(_TRAIN_WORKER.format(root=ROOT, log_dir=log_dir))
+  worker.write_text(_TRAIN_WORKER.format(root=ROOT, log_dir=log_dir, dump_after=RUN_TIMEOUT - 30))
   out = _run(["bash", LOCAL, f"--script={worker}", "2", "--", "--config=configs/listops_spt.py",
               f"--workdir={workdir}", *tiny_flags(spt_run[1].data.cache_dir)], RUN_TIMEOUT)
   assert out.returncode == 0, out.stderr[-4000:]
   return workdir, out, log_dir
 
 
-# ------------------------------------------------------------------------------------------- Unit
+# ---------------------------------------------------------------------------------------- Unit
 
 def test_initialize_arguments_come_from_the_environment():
   assert distributed.initialize_kwargs({}) is None
   assert distributed.initialize_kwargs({"SPT_JAX_INIT": "0"}) is None
-  assert distributed.initialize_kwargs({"SPT_JAX_INIT": "1"}) == {}  # TPU pod / SLURM: auto-detected
+  assert distributed.initialize_kwargs({"SPT_JAX_INIT": "1"}) == {}  # TPU pod, SLURM: detected
   assert distributed.initialize_kwargs({
       "SPT_JAX_INIT": "1", "SPT_JAX_COORDINATOR": "127.0.0.1:1234", "SPT_JAX_NUM_PROCESSES": "4",
       "SPT_JAX_PROCESS_ID": "3", "SPT_JAX_INIT_TIMEOUT": "60"}) == {
@@ -193,8 +200,8 @@ def test_processes_read_disjoint_shards_of_every_global_batch():
 @pytest.mark.xfail(strict=True, reason=(
     "pipeline.train_batches sorts each process's slice instead of slicing the sorted global batch, "
     "so row i of the global batch (and its masks, keyed by position) depends on the process count; "
-    "fix: idx = np.sort(order[offset:offset + global_batch])[local]; then remove this marker and the "
-    "work-around in _TRAIN_WORKER"))
+    "fix: idx = np.sort(order[offset:offset + global_batch])[local]; then remove this marker and "
+    "the work-around in _TRAIN_WORKER"))
 def test_global_batch_order_does_not_depend_on_the_process_count():
   arrays = {"labels": np.arange(40)}
   whole = pipeline.train_batches(arrays, 8, seed=5)
@@ -205,7 +212,7 @@ def test_global_batch_order_does_not_depend_on_the_process_count():
                                   next(whole)["labels"])
 
 
-# ------------------------------------------------------------------------------------------ Launchers
+# ----------------------------------------------------------------------------------- Launchers
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_launch_scripts_parse(script):
@@ -256,8 +263,8 @@ def test_local_forwards_termination_to_every_process(tmp_path):
   script = tmp_path / "sleeper.py"
   script.write_text(textwrap.dedent(f"""
       import os, signal, sys, time
-      mark = lambda what: open(os.path.join({str(tmp_path)!r}, what + os.environ["SPT_JAX_PROCESS_ID"]),
-                               "w").close()
+      here, me = {str(tmp_path)!r}, os.environ["SPT_JAX_PROCESS_ID"]
+      mark = lambda what: open(os.path.join(here, what + me), "w").close()
       def stop(*_):
         mark("stopped")
         sys.exit(0)
@@ -286,8 +293,7 @@ def test_local_forwards_termination_to_every_process(tmp_path):
 def test_tpu_pod_dry_run_prints_every_gcloud_command():
   env = _env(DRY_RUN="1", PROJECT="proj", BUCKET="bkt", TPU_NAME="pod", ACCELERATOR_TYPE="v4-32",
              ZONE="us-central2-b")
-  out = _run(["bash", os.path.join(ROOT, "launch", "tpu_pod.sh"), "all", "--", "--config.seed=1"],
-             30, env)
+  out = _run(["bash", TPU_POD, "all", "--", "--config.seed=1"], 30, env)
   assert out.returncode == 0, out.stderr
   text = out.stdout
   assert "gcloud compute tpus tpu-vm create pod --zone=us-central2-b --project=proj " \
@@ -299,10 +305,9 @@ def test_tpu_pod_dry_run_prints_every_gcloud_command():
   assert ("SPT_JAX_INIT=1 exec python main.py --config=configs/listops_spt.py "
           "--workdir=gs://bkt/spt_jax/listops_spt --config.seed=1") in run
   assert all(l.startswith(("gcloud ", "mkdir ", "tar ")) for l in text.splitlines())
-  delete = _run(["bash", os.path.join(ROOT, "launch", "tpu_pod.sh"), "--dry-run", "delete"], 30, env)
+  delete = _run(["bash", TPU_POD, "--dry-run", "delete"], 30, env)
   assert delete.stdout.startswith("gcloud compute tpus tpu-vm delete pod")
-  assert "ACCELERATOR_TYPE" in _run(["bash", os.path.join(ROOT, "launch", "tpu_pod.sh"), "--help"],
-                                    30).stdout
+  assert "ACCELERATOR_TYPE" in _run(["bash", TPU_POD, "--help"], 30).stdout
 
 
 def test_slurm_dry_run_prints_the_srun_command():
@@ -312,14 +317,14 @@ def test_slurm_dry_run_prints_the_srun_command():
              30, env)
   assert out.returncode == 0, out.stderr
   (srun,) = [l for l in out.stdout.splitlines() if l.startswith("srun ")]
-  assert "SPT_JAX_INIT=1 python main.py --config=configs/listops_spt.py:smoke --workdir=/shared/w " \
-         "--config.seed=2 --config.model.num_layers=1" in srun
+  assert ("SPT_JAX_INIT=1 python main.py --config=configs/listops_spt.py:smoke "
+          "--workdir=/shared/w --config.seed=2 --config.model.num_layers=1") in srun
   header = open(os.path.join(ROOT, "launch", "slurm.sbatch")).read()
   assert re.search(r"^#SBATCH --ntasks-per-node=\d+$", header, re.M)
   assert re.search(r"^#SBATCH --nodes=\d+$", header, re.M)
 
 
-# ------------------------------------------------------------------------- Two processes, end to end
+# ------------------------------------------------------------------ Two processes, end to end
 
 def test_two_processes_end_with_the_one_process_parameters(two_process_run, spt_run):
   workdir, out, _ = two_process_run
@@ -368,12 +373,11 @@ def test_two_process_evaluation_counts_every_example_once(two_process_run, spt_r
         np.testing.assert_allclose(b[metric], a[metric], rtol=1e-4, atol=1e-5,
                                    err_msg=f"{phase} {key} {metric}")
   # metrics.jsonl comes from process 0 alone: one record per step and split, as in one process.
+  def records(w, phase):
+    with open(os.path.join(w, phase, "metrics.jsonl")) as f:
+      return [(r["step"], r["split"]) for r in map(json.loads, f)]
   for phase in PHASES:
-    mine = [(r["step"], r["split"]) for r in map(json.loads, open(os.path.join(workdir, phase,
-                                                                            "metrics.jsonl")))]
-    theirs = [(r["step"], r["split"]) for r in map(json.loads, open(os.path.join(
-        spt_run[0], phase, "metrics.jsonl")))]
-    assert mine == theirs
+    assert records(workdir, phase) == records(spt_run[0], phase)
 
 
 def test_every_process_restores_the_same_checkpoint(two_process_run, spt_run, tmp_path):

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from spt_jax import sweep
+from spt_jax import config_lib, sweep
 
 TINY = ("pretrain.num_steps=4 finetune.num_steps=4 pretrain.eval_every_steps=2 "
         "finetune.eval_every_steps=2 data.synthetic.num_train=64 data.synthetic.num_val=16 "
@@ -10,7 +10,7 @@ TINY = ("pretrain.num_steps=4 finetune.num_steps=4 pretrain.eval_every_steps=2 "
 
 
 def _sweep():
-  return sweep.sweep_config(
+  return config_lib.sweep_config(
       base="configs/synthetic_spt.py:smoke", seeds=(0,), title="tiny",
       runs=[f"spt: {TINY}", f"scratch: {TINY} phases=finetune finetune.init_from.source="],
       steps_to=0.5)

@@ -3,7 +3,7 @@ r"""Does SPT need the downstream data? Pretrain on the task's own inputs, on ano
 
   python -m spt_jax.sweep --config=configs/sweeps/data_source.py:cpu --workdir=runs/sweep_data_cpu
 """
-from spt_jax.sweep import sweep_config
+from spt_jax.config_lib import sweep_config
 
 
 def get_config(arg=None):

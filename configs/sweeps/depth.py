@@ -2,7 +2,7 @@ r"""Does the SPT gain need depth? SPT vs scratch with 1, 2 (and 4) layers on the
 
   python -m spt_jax.sweep --config=configs/sweeps/depth.py:cpu --workdir=runs/sweep_depth_cpu
 """
-from spt_jax.sweep import sweep_config
+from spt_jax.config_lib import sweep_config
 
 
 def get_config(arg=None):

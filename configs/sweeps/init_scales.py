@@ -3,7 +3,7 @@ re-initialisation scale gamma_ft of the fresh classifier, and the relative scale
 
   python -m spt_jax.sweep --config=configs/sweeps/init_scales.py:cpu --workdir=runs/sweep_scales_cpu
 """
-from spt_jax.sweep import sweep_config
+from spt_jax.config_lib import sweep_config
 
 
 def get_config(arg=None):

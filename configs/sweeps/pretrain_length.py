@@ -6,7 +6,7 @@ r"""How much SPT is needed? Fine-tune accuracy vs SPT epochs on the synthetic ta
 Default grid: 0, 1, 10, 50, 100, 200 SPT epochs (0 = from scratch), 3 seeds. `cpu`: 0, 1, 2, 5
 epochs, 2 seeds, with the synthetic config's `cpu` variant (1500 fine-tune steps).
 """
-from spt_jax.sweep import sweep_config
+from spt_jax.config_lib import sweep_config
 
 
 def get_config(arg=None):

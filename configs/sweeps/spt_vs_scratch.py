@@ -3,7 +3,7 @@ until 90% validation accuracy.
 
   python -m spt_jax.sweep --config=configs/sweeps/spt_vs_scratch.py --workdir=runs/spt_vs_scratch
 """
-from spt_jax.sweep import sweep_config
+from spt_jax.config_lib import sweep_config
 
 
 def get_config(arg=None):

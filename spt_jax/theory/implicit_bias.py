@@ -79,7 +79,15 @@ def potential(beta, a, b) -> float:
 
 def _newton(x, y, log_a, log_b, tol, max_iter):
   """Damped Newton on the dual F(μ) = Σ_d ½(A_d e^{2ξ_d} + B_d e^{−2ξ_d}) − μᵀy, ξ = Xᵀμ."""
+  x_in, y_in = x, y
   y_norm = jnp.maximum(jnp.linalg.norm(y), 1e-300)
+  # Xβ = y ⟺ S Vᵀβ = Uᵀy on the non-null singular directions; the dual is then strictly convex
+  # even when N > D or X is rank-deficient (null directions become zero rows, pinned at μ = 0).
+  u, sv, vt = jnp.linalg.svd(x, full_matrices=False)
+  keep = sv > 1e-10 * sv[0]
+  x = jnp.where(keep[:, None], sv[:, None] * vt, 0.0)
+  y = jnp.where(keep, u.T @ y, 0.0)
+  pin = jnp.where(keep, 0.0, 1.0)
 
   def parts(mu):
     xi = x.T @ mu
@@ -98,7 +106,7 @@ def _newton(x, y, log_a, log_b, tol, max_iter):
     grad = x @ (ea - eb) - y
     hess = (x * (2 * (ea + eb))) @ x.T
     # A tiny ridge keeps the solve defined where the curvature underflows in some directions.
-    hess = hess + (1e-14 * jnp.trace(hess) / hess.shape[0] + 1e-300) * jnp.eye(hess.shape[0])
+    hess = hess + jnp.diag(pin + 1e-14 * jnp.trace(hess) / hess.shape[0] + 1e-300)
     step = jnp.linalg.solve(hess, grad)
     decrease = grad @ step
     # Past the second test F cannot decrease by a representable amount: β is as good as float64 gets.
@@ -116,7 +124,7 @@ def _newton(x, y, log_a, log_b, tol, max_iter):
   mu, _, it, _ = jax.lax.while_loop(cond, body, (mu0, parts(mu0)[2], 0, jnp.bool_(False)))
   ea, eb, _ = parts(mu)
   beta = ea - eb
-  return beta, it, jnp.linalg.norm(x @ beta - y) / y_norm
+  return beta, it, jnp.linalg.norm(x_in @ beta - y_in) / y_norm
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))

@@ -1,0 +1,362 @@
+"""One phase with objective 'composite': several pretraining heads on one encoder, weighted per step.
+
+Same contract as `train.train_phase` (phase directory, Orbax latest/best/init checkpoints,
+metrics.jsonl, results.json, resumable bit-identically), so a following fine-tune loads it with
+`init_from.source=<phase>` and `init_from.exclude=("pretrain_heads/.*",)`.
+
+A step (spt_jax/composite.py for the views and heads, spt_jax/grap.py for the weighting):
+  z = encoder(view 1) with its VJP kept; z2 = encoder(view 2), a constant (contrastive only)
+  for each loss i, on the detached z: L_i, dL_i/dz and head i's parameter gradient
+  GraP only: the probe's loss on the labelled examples and dL_down/dz
+  weighting → z-gradient and per-loss coefficients λ_i
+  ONE backward through the encoder with the z-gradient; heads get Σ λ_i (their gradients)
+  (+ the probe its own gradient); AdamW on everything, the weighting's own state updated alongside.
+The weighting state (GraP logits, their Adam moments, EMAs) lives in the optimiser state, so the
+latest checkpoint resumes it too.
+
+Written per phase beyond train.py's files: metrics.jsonl rows of split 'weights' every
+`composite.log_weights_every` steps (one column per loss, plus `align_<loss>`, `logit_<loss>`, ...
+for GraP) and `<phase>/weights.png` with their trajectories.
+Validation selects the best checkpoint on `Composite.selection_metric` (the mlm head's masked-token
+accuracy when mlm is among the losses). The reported training `loss` is the unweighted sum of the
+head losses, comparable across weighting methods.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+from absl import logging
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from spt_jax import checkpoints, composite, grap, init_from, optim, param_groups, train, tree
+from spt_jax.composite import HEADS, PROBE
+from spt_jax.data import pipeline
+from spt_jax.data.tasks import TaskData
+from spt_jax.metric_writers import MetricWriter, write_json
+
+
+# ---------------------------------------------------------------------------------------- Data
+def prepare_splits(task: TaskData, weighting: grap.Weighting, label_fraction: float) -> dict:
+  """The arrays the composite phase reads: inputs and example index everywhere; labels only when the
+  weighting needs a downstream signal, and in train only for the first `label_fraction` of examples
+  (the rest are zeroed with label weight 0, so they cannot leak)."""
+  splits = {}
+  for split, arrays in task.splits.items():
+    n = pipeline.num_examples(arrays)
+    out = {"inputs": arrays["inputs"], "index": np.arange(n, dtype=np.int32)}
+    if weighting.needs_downstream:
+      labelled = np.ones(n, bool)
+      if split == "train":
+        labelled = np.arange(n) < max(1, int(round(label_fraction * n)))
+      out["labels"] = np.where(labelled, arrays["labels"], 0).astype(np.int32)
+      out["label_weights"] = labelled.astype(np.float32)
+    splits[split] = out
+  return splits
+
+
+# ---------------------------------------------------------------------------------------- Model
+def init_params(config, task: TaskData, comp: composite.Composite, rng, sharding):
+  """{'encoder': ..., 'pretrain_heads': ...}. The encoder is drawn exactly as the classification
+  model's (same module path and key), so its shapes are the fine-tune's and the same seed and phase
+  name give the same encoder as a plain SPT phase."""
+  classifier = train.build_model(config.model, task, types.SimpleNamespace(head="classifier"))
+  length = task.splits["train"]["inputs"].shape[1]
+  dummy = jnp.zeros((1, length), jnp.int32)
+  z = jnp.zeros((1, length + (config.model.pooling == "cls"), config.model.d_model), jnp.float32)
+
+  def init(r):
+    encoder = classifier.init(r, dummy)["params"]["encoder"]
+    heads = comp.heads.init(jax.random.fold_in(r, 2), z, z[:, 0])["params"]
+    return {"encoder": encoder, HEADS: heads}
+  return jax.jit(init, out_shardings=sharding)(rng)
+
+
+def make_steps(comp: composite.Composite, weighting: grap.Weighting, tx, trainable, mesh):
+  """Jitted (train_step, eval_step), data-parallel like train.make_steps."""
+  replicated = NamedSharding(mesh, P())
+  batch_sharded = NamedSharding(mesh, P("data"))
+  contrastive = "contrastive" in comp.losses
+
+  def encode(params, inputs, rng, train_mode):
+    return comp.encode(params, inputs, train=train_mode, rng=rng)[0]
+
+  def train_step(state: train.TrainState, batch, rng):
+    rng = jax.random.fold_in(rng, state.step)
+    view_rng, drop1, drop2, weight_rng = jax.random.split(rng, 4)
+    batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
+    views = comp.views(view_rng, batch)
+    params = state.params
+    # z is computed once; its VJP is the single backward pass through the encoder.
+    z, encoder_vjp = jax.vjp(lambda p: encode(p, views["view1"], drop1, True), params["encoder"])
+    z2 = (jax.lax.stop_gradient(encode(params["encoder"], views["view2"], drop2, True))
+          if contrastive else None)
+
+    def head(name):
+      fn = lambda z_, h: comp.loss(name, z_, h, views, batch, z2=z2)
+      (loss, metrics), (gz, gh) = jax.value_and_grad(fn, argnums=(0, 1), has_aux=True)(
+          z, params[HEADS])
+      return loss, metrics, gz, gh
+
+    per_loss = [head(name) for name in comp.losses]
+    losses = jnp.stack([r[0] for r in per_loss])
+    metrics = {k: v for r in per_loss for k, v in r[1].items()}
+    down_z = has_down = None
+    if comp.probe:
+      _, down_metrics, down_z, down_heads = head(PROBE)
+      metrics.update(down_metrics)
+      has_down = down_metrics[f"{PROBE}_loss"][1] > 0
+    weight_state, z_grad, coef, info = weighting(
+        state.opt_state["weighting"], jnp.stack([r[2] for r in per_loss]), losses, down_z,
+        has_down, weight_rng)
+    (encoder_grads,) = encoder_vjp(z_grad.astype(z.dtype))
+    head_grads = jax.tree.map(lambda *g: sum(c * x for c, x in zip(coef, g)),
+                              *[r[3] for r in per_loss])
+    if comp.probe:  # The probe learns from its own loss only; it never reaches the encoder.
+      head_grads = jax.tree.map(jnp.add, head_grads, down_heads)
+    grads = {"encoder": encoder_grads, HEADS: head_grads}
+    updates, model_opt = tx.update(grads, state.opt_state["model"], params)
+    params = optax.apply_updates(params, updates)
+    grad_sq = sum(jnp.sum(jnp.square(g)) for g, t in
+                  zip(jax.tree.leaves(grads), jax.tree.leaves(trainable)) if t)
+    out = comp.summarize(metrics)
+    out["loss"] = losses.sum()
+    out["weighted_loss"] = coef @ losses
+    out["grad_norm"] = jnp.sqrt(grad_sq)
+    opt_state = {"model": model_opt, "weighting": weight_state}
+    return train.TrainState(state.step + 1, params, opt_state), out, info
+
+  def eval_step(params, batch, rng):
+    batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
+    views = comp.views(rng, batch)
+    z = encode(params["encoder"], views["view1"], rng, False)
+    z2 = encode(params["encoder"], views["view2"], rng, False) if contrastive else None
+    metrics = {}
+    for name in comp.losses + ((PROBE,) if comp.probe else ()):
+      metrics.update(comp.loss(name, z, params[HEADS], views, batch, z2=z2)[1])
+    return metrics
+
+  train_fn = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
+                     out_shardings=(replicated, replicated, replicated), donate_argnums=(0,))
+  eval_fn = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
+                    out_shardings=replicated)
+  return train_fn, eval_fn
+
+
+# ---------------------------------------------------------------------------------------- Weights
+def weight_row(losses, info) -> dict[str, float]:
+  """One metrics.jsonl row of split 'weights': `<loss>` = reported weight, `<key>_<loss>` others."""
+  row = {}
+  for key, vector in info.items():
+    for name, value in zip(losses, np.asarray(vector).reshape(-1)):
+      row[name if key == "weight" else f"{key}_{name}"] = float(value)
+  return row
+
+
+def read_weight_rows(phase_dir: str) -> list[dict]:
+  path = os.path.join(phase_dir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == "weights"]
+
+
+def plot_weights(phase_dir: str, losses, title: str) -> str | None:
+  """`<phase_dir>/weights.png`: each loss's weight against the step (from metrics.jsonl)."""
+  rows = read_weight_rows(phase_dir)
+  if not rows:
+    return None
+  from spt_jax.analysis import plots  # Selects matplotlib's Agg backend.
+  plt = plots.plt
+  steps = [r["step"] for r in rows]
+  fig, ax = plt.subplots(figsize=(6.0, 3.8))
+  for name in losses:
+    ax.plot(steps, [r[name] for r in rows], label=name)
+  ax.set_xlabel("step")
+  ax.set_ylabel("loss weight")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  path = os.path.join(phase_dir, "weights.png")
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+# ---------------------------------------------------------------------------------------- Phase
+def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
+  """Runs (or resumes) composite phase `name` of `config` in `<workdir>/<name>`; its results."""
+  cfg = config[name]
+  composite.validate_phase(cfg, name)
+  phase_dir = os.path.join(workdir, name)
+  process0 = jax.process_index() == 0
+  replicated = NamedSharding(mesh, P())
+  batch_sharding = NamedSharding(mesh, P("data"))
+  wall_start = time.time()
+
+  # ---------------------------------------------------------------- Data, model and objective
+  weighting = composite.weighting_from_config(cfg)
+  comp = composite.build(config, name, task)
+  splits = prepare_splits(task, weighting, cfg.grap.label_fraction)
+  num_train = pipeline.num_examples(splits["train"])
+  steps = train.total_steps(cfg, num_train)
+  init_rng, train_rng, eval_rng = jax.random.split(train.phase_rng(config.seed, name), 3)
+  scale_rng = jax.random.fold_in(init_rng, 1)
+
+  # ---------------------------------------------------------------- Parameters and optimiser
+  params = init_params(config, task, comp, init_rng, replicated)
+  ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
+  resuming = ckpts.latest_step() is not None
+  init_report = {}
+  if cfg.init_from.source and not resuming:
+    params, init_report = init_from.load_into(
+        params, cfg.init_from, workdir=workdir, phase_names=config.phases.split(","), phase=name,
+        sharding=replicated)
+    logging.info("[%s] loaded %d parameter arrays from %s", name, len(init_report["loaded"]),
+                 init_report["source"])
+  if not resuming:
+    params, scale_report = init_from.apply_scales(params, cfg.init_from, scale_rng, phase=name)
+    init_report.update(scale_report)
+  frozen = frozenset(param_groups.resolve(cfg.freeze, params, what=f"config.{name}.freeze"))
+  tx, schedule = optim.make_optimizer(cfg, steps, params, frozen)
+  opt_state = jax.jit(lambda p: {"model": tx.init(p), "weighting": weighting.init()},
+                      out_shardings=replicated)(params)
+  state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
+                           opt_state)
+  trainable = tree.map_with_path(lambda p, _: p not in frozen, params)
+
+  best_value, best_step, wall_before = -math.inf, None, 0.0
+  if resuming:
+    step0, params, opt_state, meta = ckpts.restore_latest(state.params, state.opt_state)
+    state = train.TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params,
+                             opt_state)
+    best_value, best_step = meta["best_value"], meta["best_step"]
+    wall_before = meta["wall_time_sec"]
+    logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
+                 best_value, best_step)
+  write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
+  table = param_groups.count_table(params, frozen)
+  if process0:
+    with open(os.path.join(phase_dir, "parameters.md"), "w") as f:
+      f.write(table)
+  if not resuming:
+    if init_report:
+      write_json(os.path.join(phase_dir, "init_from.json"), init_report)
+    ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
+                                   "init_from": cfg.init_from.to_dict()})
+  start = int(state.step)
+  logging.info("[%s] composite %s weighted %s, %d steps, %d parameters, %d device(s)", name,
+               comp.losses, weighting.method, steps, tree.count(params), jax.device_count())
+  if cfg.attention_metrics_every_steps > 0:
+    logging.warning("[%s] attention metrics are not tracked in composite phases.", name)
+
+  # ---------------------------------------------------------------- Steps
+  train_step, eval_step = make_steps(comp, weighting, tx, trainable, mesh)
+  batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
+                                   start_step=start, process_index=jax.process_index(),
+                                   process_count=jax.process_count())
+  writer = MetricWriter(phase_dir, resume_step=start)
+  selection = comp.selection_metric
+  log_weights_every = cfg.composite.log_weights_every
+
+  def evaluate(params, split):
+    return train.evaluate_split(eval_step, comp, params, splits[split], cfg, eval_rng,
+                                batch_sharding)
+
+  def save_latest(step):
+    ckpts.save_latest(step, state.params, state.opt_state, {
+        "step": step, "best_value": best_value, "best_step": best_step,
+        "wall_time_sec": wall_before + time.time() - wall_start})
+
+  # ---------------------------------------------------------------- Train loop
+  bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=not process0, dynamic_ncols=True)
+  pending, pending_weights, window_start, window_step = [], [], time.time(), start
+  compiled, timed_from, train_seconds = False, start, 0.0
+  val_metrics = {}
+  for step in range(start + 1, steps + 1):
+    state, metrics, info = train_step(state, train.to_global(next(batches), batch_sharding),
+                                      train_rng)
+    pending.append(metrics)
+    if step % log_weights_every == 0 or step == steps:
+      pending_weights.append((step, info))
+    if not compiled:  # Exclude compilation from the throughput figures.
+      jax.block_until_ready(metrics)
+      compiled, timed_from, window_start, window_step = True, step, time.time(), step
+      pending = [jax.device_get(metrics)]
+    bar.update(1)
+    is_eval = step % cfg.eval_every_steps == 0 or step == steps
+    is_ckpt = step % cfg.checkpoint_every_steps == 0 or step == steps
+    if step % cfg.log_every_steps == 0 or is_eval or is_ckpt:
+      history = jax.device_get(pending)
+      train._check_finite(history, step - len(history) + 1, name, ckpts.latest_step())
+      now = time.time()
+      summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+      summary["learning_rate"] = float(schedule(step))
+      if step > window_step:
+        summary["steps_per_sec"] = (step - window_step) / max(now - window_start, 1e-9)
+        train_seconds += now - window_start
+      writer.write(step, "train", summary)
+      for s, i in pending_weights:
+        writer.write(s, "weights", weight_row(comp.losses, jax.device_get(i)))
+      if pending_weights:
+        shown = weight_row(comp.losses, jax.device_get(pending_weights[-1][1]))
+        bar.set_postfix(loss=f"{summary['loss']:.3f}",
+                        w="/".join(f"{shown[n]:.2f}" for n in comp.losses), refresh=False)
+      pending, pending_weights, window_start, window_step = [], [], now, step
+    if is_eval:
+      val_metrics = evaluate(state.params, "val")
+      writer.write(step, "val", val_metrics)
+      logging.info("[%s] step %d/%d val %s", name, step, steps,
+                   {k: round(v, 4) for k, v in val_metrics.items()})
+      if val_metrics[selection] > best_value:
+        best_value, best_step = val_metrics[selection], step
+        ckpts.save_best(step, state.params, val_metrics)
+    if is_ckpt:
+      save_latest(step)
+    if is_eval or is_ckpt:
+      window_start = time.time()  # Throughput windows measure training steps only.
+  bar.close()
+  timed_steps = steps - timed_from
+  ckpts.wait()
+
+  # ---------------------------------------------------------------- Final evaluation
+  if not val_metrics:  # Nothing left to train (resumed at the end): re-measure the final state.
+    val_metrics = evaluate(state.params, "val")
+  best = ckpts.best()
+  if best is None:
+    raise RuntimeError(f"[{name}] finished without a best checkpoint in {ckpts.directory}.")
+  best_params_dir = ckpts.best_params_dir()
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          state.params)
+  best_params = checkpoints.restore_item(best_params_dir, abstract)
+  test_metrics = evaluate(best_params, "test")
+  writer.write(best[0], "test", test_metrics)
+  writer.close()
+  weight_rows = read_weight_rows(phase_dir)
+  if process0:
+    plot_weights(phase_dir, comp.losses, f"{name}: {weighting.method} weights")
+  results = {
+      "phase": name, "objective": cfg.objective, "steps": steps,
+      "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
+      "test_of_best": test_metrics, "selected_checkpoint": os.path.abspath(best_params_dir),
+      "selection_metric": selection, "wall_time_sec": wall_before + time.time() - wall_start,
+      "steps_per_sec": timed_steps / train_seconds if train_seconds > 0 else None,
+      "num_parameters": tree.count(state.params), "devices": jax.device_count(),
+      "data_source": task.source, "losses": list(comp.losses), "weighting": weighting.method,
+      "final_weights": ({n: weight_rows[-1][n] for n in comp.losses} if weight_rows else None),
+  }
+  ckpts.close()
+  write_json(os.path.join(phase_dir, "results.json"), results)
+  logging.info("[%s] done: best val %s=%.4f at step %d, test %s, final weights %s", name,
+               selection, best[1][selection], best[0], test_metrics, results["final_weights"])
+  return results

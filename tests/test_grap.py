@@ -1,0 +1,247 @@
+"""GraP loss weighting and composite SPT: the algorithm's maths, its dynamics, and one tiny phase.
+
+The integration test routes objective='composite' to spt_jax.train_composite with monkeypatching,
+exactly what the patches to experiment.py / objectives.py (see train_composite's docstring) do.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conftest import load_config
+from spt_jax import composite, experiment, grap, objectives, train, train_composite
+from spt_jax.data import synthetic
+from spt_jax.data.tasks import TaskData
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _toy_problem(seed=0, b=4, length=5, d=6, classes=3):
+  """A fixed z, three heads (two cross-entropies, one quadratic) and a mean-pooled linear probe."""
+  keys = jax.random.split(jax.random.PRNGKey(seed), 8)
+  z = jax.random.normal(keys[0], (b, length, d))
+  heads = [jax.random.normal(keys[1], (d, 7)), jax.random.normal(keys[2], (d, classes))]
+  targets = [jax.random.randint(keys[3], (b, length), 0, 7),
+             jax.random.randint(keys[4], (b, length), 0, classes)]
+  quad_target = jax.random.normal(keys[5], (b, length, d))
+  probe = jax.random.normal(keys[6], (d, 2))
+  labels = jax.random.randint(keys[7], (b,), 0, 2)
+
+  def ce(x, w, t):
+    return optax.softmax_cross_entropy_with_integer_labels(x @ w, t).mean()
+
+  losses = [lambda z: ce(z, heads[0], targets[0]), lambda z: ce(z, heads[1], targets[1]),
+            lambda z: 0.5 * jnp.mean((z - quad_target) ** 2) * 10.0]
+  downstream = lambda z: ce(z.mean(1), probe, labels)
+  return z, losses, downstream
+
+
+def _cos(a, b):
+  a, b = np.ravel(a), np.ravel(b)
+  return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# ---------------------------------------------------------------------------------------- algorithm
+def test_logit_update_is_the_lookahead_hypergradient():
+  """GraP's ascent direction on pᵀw(l) equals −d/dl L_down(z − η Σ_i w_i(l) g_i) as η → 0.
+
+  Conventions that make the two comparable: the look-ahead steps along the same normalised
+  gradients g_i = ∇L_i / m_i that GraP sends to the encoder (on the first update m_i = ||∇L_i||), and
+  w(l) = |l| / sqrt(|l|ᵀ C |l|) with C the cosine matrix of those g_i, differentiated through in both.
+  GraP's p uses the unit downstream gradient: that rescales the hypergradient by 1/||∇L_down||, a
+  positive factor that leaves the direction unchanged.
+  """
+  z, losses, downstream = _toy_problem()
+  grads = jnp.stack([jax.grad(f)(z) for f in losses])
+  down = jax.grad(downstream)(z)
+  weighting = grap.Weighting("grap", len(losses), ema=0.9, warmup=10)
+  state = weighting.init()
+  logits = jnp.array([1.0, 0.4, 1.7])  # Not all equal, so the direction is not degenerate.
+  state["logits"] = logits
+  new_state, z_grad, coef, info = weighting(state, grads, jnp.zeros(3), down, jnp.asarray(True))
+
+  g = grads / jnp.linalg.norm(grads.reshape(3, -1), axis=1)[:, None, None, None]
+  cos = jnp.einsum("i...,j...->ij", g, g)
+  eta = 1e-4
+
+  def lookahead(l):
+    return downstream(z - eta * jnp.tensordot(grap.weights(l, cos), g, 1))
+
+  hyper = -jax.grad(lookahead)(logits)
+  cosine = _cos(info["direction"], hyper)
+  print(f"hypergradient cosine: {cosine:.6f}")
+  assert cosine > 0.99
+  # Central finite differences of the look-ahead loss agree too (in float64: the look-ahead changes
+  # L_down by ~η·h, below float32 resolution).
+  with jax.enable_x64(True):
+    z64, cos64, g64 = (jnp.asarray(np.asarray(x), jnp.float64) for x in (z, cos, g))
+    ahead = lambda l: downstream(z64 - eta * jnp.tensordot(grap.weights(l, cos64), g64, 1))
+    fd = np.array([float(ahead(jnp.asarray(logits, jnp.float64) + h)
+                         - ahead(jnp.asarray(logits, jnp.float64) - h)) / 2e-4
+                   for h in 1e-4 * np.eye(3)])
+  assert _cos(info["direction"], -fd) > 0.99
+  # The step taken is Σ w_i g_i with unit norm, and the heads' coefficients are w_i / m_i.
+  np.testing.assert_allclose(jnp.linalg.norm(z_grad), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(coef * jnp.linalg.norm(grads.reshape(3, -1), axis=1), info["weight"],
+                             rtol=1e-5)
+  # Ascent: the logits move along the direction (Adam with b1 = 0 keeps each component's sign).
+  np.testing.assert_array_equal(np.sign(new_state["logits"] - logits), np.sign(info["direction"]))
+
+
+def test_statistics_warm_up_then_follow_an_ema():
+  prev, new = jnp.array(2.0), jnp.array(4.0)
+  assert grap.smooth(prev, new, jnp.array(0), 0.9, 10) == 4.0            # first: the value
+  np.testing.assert_allclose(grap.smooth(prev, new, jnp.array(3), 0.9, 10), (2 * 3 + 4) / 4)
+  np.testing.assert_allclose(grap.smooth(prev, new, jnp.array(10), 0.9, 10), 0.9 * 2 + 0.1 * 4)
+
+
+def test_grap_drives_an_unaligned_loss_weight_down():
+  """Three losses whose gradients share direction with the downstream gradient (cosine 0.2-0.3, at
+  very different scales) and one whose gradient is independent noise, fresh every step: with the
+  default settings (Adam 0.01, betas (0, 0.99), EMA 0.9, 10 warm-up updates) the noise loss falls
+  below 5% of the largest weight within a bounded number of steps, and the aligned ones keep theirs."""
+  weighting = grap.Weighting("grap", 4)
+  cosines = jnp.array([0.3, 0.2, 0.3, 0.0])
+  scales = jnp.array([1.0, 10.0, 0.1, 5.0])
+
+  def step(state, key):
+    kd, kn = jax.random.split(key)
+    d = jax.random.normal(kd, (256,))
+    d = d / jnp.linalg.norm(d)
+    noise = jax.random.normal(kn, (4, 256)) / 16.0
+    g = (cosines[:, None] * d + jnp.sqrt(1 - cosines[:, None] ** 2) * noise) * scales[:, None]
+    state, _, _, info = weighting(state, g, jnp.zeros(4), 3.0 * d, jnp.asarray(True))
+    return state, info["weight"]
+
+  _, history = jax.jit(lambda s, k: jax.lax.scan(step, s, k))(
+      weighting.init(), jax.random.split(jax.random.PRNGKey(0), 400))
+  history = np.asarray(history)
+  below = np.flatnonzero(history[:, 3] < 0.05 * history.max(1))
+  print(f"unaligned loss below 5% of the largest weight from step {below[0] + 1}")
+  assert below.size and below[0] + 1 <= 300
+  assert (history[-1, :3] > 0.3).all()
+
+
+def test_baselines():
+  g = jnp.array([[1.0, 0.0], [-1.0, 1.0]])
+  projected, conflicts = grap.pcgrad(g, jax.random.PRNGKey(0))
+  # g0 loses its component along g1 and vice versa; the result conflicts with neither.
+  np.testing.assert_allclose(projected, [0.5 + 0.0, 0.5 + 1.0], atol=1e-6)
+  assert conflicts.tolist() == [1, 1]
+  assert all(float(projected @ gi) >= 0 for gi in g)
+  weighting = grap.Weighting("gradnorm", 2, gradnorm_lr=0.1)
+  state = weighting.init()
+  grads = jnp.stack([jnp.ones(4), 10 * jnp.ones(4)])
+  for _ in range(20):
+    state, _, coef, _ = weighting(state, grads, jnp.array([1.0, 1.0]))
+  # Equal training rates: GradNorm moves towards equal weighted gradient norms, sum kept at K.
+  assert state["weights"][0] > state["weights"][1]
+  np.testing.assert_allclose(state["weights"].sum(), 2.0, rtol=1e-5)
+  fixed = grap.Weighting("fixed", 2, fixed=(0.25, 2.0))
+  _, z_grad, coef, _ = fixed({}, grads, jnp.zeros(2))
+  np.testing.assert_allclose(z_grad, 0.25 + 20.0)
+  with pytest.raises(ValueError, match="needs 2 fixed weights"):
+    grap.Weighting("fixed", 2, fixed=(1.0,))
+
+
+# ---------------------------------------------------------------------------------------- losses
+def test_span_mask_and_random_targets():
+  tokens = jnp.full((64, 200), 5).at[:, -20:].set(0)  # 20 pads at the end of every row
+  mask = composite.span_mask(jax.random.PRNGKey(0), tokens, rate=0.15, mean_length=3.0)
+  assert not mask[:, -20:].any()
+  coverage = float(mask[:, :-20].mean())
+  assert 0.10 < coverage < 0.17, coverage
+  row = np.asarray(mask[:, :-20]).astype(int)
+  runs = [len(r) for line in row for r in "".join(map(str, line)).split("0") if r]
+  assert 2.3 < np.mean(runs) < 3.7  # overlapping spans merge, so slightly above 3 is fine
+  a = composite.random_targets(jnp.array([0, 1, 0]), 10, 16, seed=0)
+  np.testing.assert_array_equal(a[0], a[2])  # a function of (seed, index, position) only
+  assert (a[0] != a[1]).any() and int(a.max()) < 16
+
+
+def test_label_fraction_hides_the_other_labels():
+  arrays = {"inputs": np.zeros((10, 4), np.uint8), "labels": np.ones(10, np.int32)}
+  task = TaskData("t", synthetic.vocabulary(4), 2, 4, {"train": arrays, "val": arrays}, "test")
+  splits = train_composite.prepare_splits(task, grap.Weighting("grap", 2), 0.3)
+  assert splits["train"]["label_weights"].tolist() == [1] * 3 + [0] * 7
+  assert splits["train"]["labels"].tolist() == [1] * 3 + [0] * 7
+  assert splits["val"]["label_weights"].all()
+  plain = train_composite.prepare_splits(task, grap.Weighting("uniform", 2), 0.3)
+  assert "labels" not in plain["train"]  # no downstream signal: labels are never read
+
+
+def test_configs_and_validation():
+  for name in ("synthetic_grap", "synthetic_uniform"):
+    for arg in ("smoke", "cpu"):
+      config = load_config(name, arg)
+      composite.validate_phase(config.pretrain, "pretrain")
+      assert config.finetune.init_from.exclude == ("pretrain_heads/.*",)
+  assert load_config("synthetic_uniform", "cpu").pretrain.composite.weighting == "uniform"
+  config = load_config("synthetic_grap", "smoke")
+  for key, value, message in [("losses", ("mlm", "bogus"), "composite.losses"),
+                              ("weighting", "nope", "composite.weighting"),
+                              ("temperature", 0.0, "composite.temperature")]:
+    bad = load_config("synthetic_grap", "smoke")
+    bad.pretrain.composite[key] = value
+    with pytest.raises(ValueError, match=message):
+      composite.validate_phase(bad.pretrain, "pretrain")
+  config.pretrain.grap.label_fraction = 0.0
+  with pytest.raises(ValueError, match="grap.label_fraction"):
+    composite.validate_phase(config.pretrain, "pretrain")
+
+
+# ---------------------------------------------------------------------------------------- phase
+@pytest.fixture
+def composite_routing(monkeypatch):
+  """What the experiment.py / objectives.py patches do, for an unpatched checkout."""
+  monkeypatch.setattr(objectives, "OBJECTIVES",
+                      tuple(dict.fromkeys(objectives.OBJECTIVES + ("composite",))))
+  plain = train.train_phase
+
+  def route(config, name, *args):
+    trainer = train_composite.train_phase if config[name].objective == "composite" else plain
+    return trainer(config, name, *args)
+  monkeypatch.setattr(train, "train_phase", route)
+
+
+def test_composite_phase_then_finetune(tmp_path, composite_routing):
+  config = load_config("synthetic_grap", "smoke")
+  config.data.synthetic.update(length=24, num_train=128, num_val=32, num_test=32)
+  config.data.max_length = 24
+  config.model.update(d_model=16, num_heads=2, d_ff=32)
+  config.pretrain.update(num_steps=30, batch_size=16, eval_every_steps=30,
+                         checkpoint_every_steps=30, log_every_steps=10)
+  config.pretrain.composite.log_weights_every = 5
+  config.finetune.update(num_steps=4, batch_size=16, eval_every_steps=4, checkpoint_every_steps=4)
+  results = experiment.run(config, str(tmp_path))
+
+  pre = results["pretrain"]
+  losses = ("mlm", "span", "contrastive", "random")
+  assert pre["weighting"] == "grap" and tuple(pre["final_weights"]) == losses
+  assert pre["selection_metric"] == "mlm_accuracy" and pre["steps_per_sec"] > 0
+  for key in ("mlm_accuracy", "span_accuracy", "contrastive_accuracy", "random_loss",
+              "grap_probe_accuracy"):
+    assert np.isfinite(pre["test_of_best"][key]), key
+  phase = tmp_path / "pretrain"
+  rows = [json.loads(l) for l in open(phase / "metrics.jsonl")]
+  weights = [r for r in rows if r["split"] == "weights"]
+  assert [r["step"] for r in weights] == [5, 10, 15, 20, 25, 30]
+  for r in weights:
+    w = np.array([r[n] for n in losses])
+    assert (w >= 0).all() and all(f"align_{n}" in r and f"logit_{n}" in r for n in losses)
+  assert os.path.getsize(phase / "weights.png") > 1000
+  for kind in ("latest", "best", "init"):
+    assert os.listdir(phase / "checkpoints" / kind)
+
+  # The fine-tune loaded exactly the encoder: the heads stayed behind, the classifier is fresh.
+  report = json.load(open(tmp_path / "finetune" / "init_from.json"))
+  assert report["loaded"] and all(p.startswith("encoder/") for p in report["loaded"])
+  assert report["fresh"] == ["classifier/bias", "classifier/kernel"]
+  assert report["ignored"] and all(p.startswith("pretrain_heads/") for p in report["ignored"])
+  assert "pretrain_heads/grap_probe/kernel" in report["ignored"]
+  assert 0.0 <= results["finetune"]["test_of_best"]["accuracy"] <= 1.0
