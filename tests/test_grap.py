@@ -15,7 +15,8 @@ import optax
 import pytest
 
 from conftest import load_config
-from spt_jax import composite, experiment, grap, objectives, train, train_composite
+from spt_jax import (checkpoints, composite, experiment, grap, init_from, objectives, train,
+                     train_composite, tree)
 from spt_jax.data import synthetic
 from spt_jax.data.tasks import TaskData
 
@@ -23,14 +24,13 @@ from spt_jax.data.tasks import TaskData
 # ---------------------------------------------------------------------------------------- helpers
 def _toy_problem(seed=0, b=4, length=5, d=6, classes=3):
   """A fixed z, three heads (two cross-entropies, one quadratic) and a mean-pooled linear probe."""
-  keys = jax.random.split(jax.random.PRNGKey(seed), 8)
-  z = jax.random.normal(keys[0], (b, length, d))
-  heads = [jax.random.normal(keys[1], (d, 7)), jax.random.normal(keys[2], (d, classes))]
-  targets = [jax.random.randint(keys[3], (b, length), 0, 7),
-             jax.random.randint(keys[4], (b, length), 0, classes)]
-  quad_target = jax.random.normal(keys[5], (b, length, d))
-  probe = jax.random.normal(keys[6], (d, 2))
-  labels = jax.random.randint(keys[7], (b,), 0, 2)
+  rng = np.random.default_rng(seed)  # numpy draws: nothing to compile
+  z = jnp.asarray(rng.normal(size=(b, length, d)), jnp.float32)
+  heads = [jnp.asarray(rng.normal(size=(d, n)), jnp.float32) for n in (7, classes)]
+  targets = [jnp.asarray(rng.integers(0, n, (b, length))) for n in (7, classes)]
+  quad_target = jnp.asarray(rng.normal(size=(b, length, d)), jnp.float32)
+  probe = jnp.asarray(rng.normal(size=(d, 2)), jnp.float32)
+  labels = jnp.asarray(rng.integers(0, 2, b))
 
   def ce(x, w, t):
     return optax.softmax_cross_entropy_with_integer_labels(x @ w, t).mean()
@@ -57,13 +57,14 @@ def test_logit_update_is_the_lookahead_hypergradient():
   positive factor that leaves the direction unchanged.
   """
   z, losses, downstream = _toy_problem()
-  grads = jnp.stack([jax.grad(f)(z) for f in losses])
-  down = jax.grad(downstream)(z)
+  grads, down = jax.jit(lambda z: (jnp.stack([jax.grad(f)(z) for f in losses]),
+                                  jax.grad(downstream)(z)))(z)
   weighting = grap.Weighting("grap", len(losses), ema=0.9, warmup=10)
   state = weighting.init()
   logits = jnp.array([1.0, 0.4, 1.7])  # Not all equal, so the direction is not degenerate.
   state["logits"] = logits
-  new_state, z_grad, coef, info = weighting(state, grads, jnp.zeros(3), down, jnp.asarray(True))
+  new_state, z_grad, coef, info = jax.jit(weighting)(state, grads, jnp.zeros(3), down,
+                                                     jnp.asarray(True))
 
   g = grads / jnp.linalg.norm(grads.reshape(3, -1), axis=1)[:, None, None, None]
   cos = jnp.einsum("i...,j...->ij", g, g)
@@ -72,7 +73,7 @@ def test_logit_update_is_the_lookahead_hypergradient():
   def lookahead(l):
     return downstream(z - eta * jnp.tensordot(grap.weights(l, cos), g, 1))
 
-  hyper = -jax.grad(lookahead)(logits)
+  hyper = -jax.jit(jax.grad(lookahead))(logits)
   cosine = _cos(info["direction"], hyper)
   print(f"hypergradient cosine: {cosine:.6f}")
   assert cosine > 0.99
@@ -80,10 +81,11 @@ def test_logit_update_is_the_lookahead_hypergradient():
   # L_down by ~η·h, below float32 resolution).
   with jax.enable_x64(True):
     z64, cos64, g64 = (jnp.asarray(np.asarray(x), jnp.float64) for x in (z, cos, g))
-    ahead = lambda l: downstream(z64 - eta * jnp.tensordot(grap.weights(l, cos64), g64, 1))
-    fd = np.array([float(ahead(jnp.asarray(logits, jnp.float64) + h)
-                         - ahead(jnp.asarray(logits, jnp.float64) - h)) / 2e-4
-                   for h in 1e-4 * np.eye(3)])
+    ahead = jax.jit(jax.vmap(
+        lambda l: downstream(z64 - eta * jnp.tensordot(grap.weights(l, cos64), g64, 1))))
+    h = 1e-4 * np.eye(3)
+    values = np.asarray(ahead(jnp.asarray(np.concatenate([logits + h, logits - h]), jnp.float64)))
+    fd = (values[:3] - values[3:]) / 2e-4
   assert _cos(info["direction"], -fd) > 0.99
   # The step taken is Σ w_i g_i with unit norm, and the heads' coefficients are w_i / m_i.
   np.testing.assert_allclose(jnp.linalg.norm(z_grad), 1.0, rtol=1e-5)
@@ -135,10 +137,9 @@ def test_baselines():
   assert conflicts.tolist() == [1, 1]
   assert all(float(projected @ gi) >= 0 for gi in g)
   weighting = grap.Weighting("gradnorm", 2, gradnorm_lr=0.1)
-  state = weighting.init()
   grads = jnp.stack([jnp.ones(4), 10 * jnp.ones(4)])
-  for _ in range(20):
-    state, _, coef, _ = weighting(state, grads, jnp.array([1.0, 1.0]))
+  step = lambda state, _: (weighting(state, grads, jnp.array([1.0, 1.0]))[0], None)
+  state, _ = jax.jit(lambda s: jax.lax.scan(step, s, length=20))(weighting.init())
   # Equal training rates: GradNorm moves towards equal weighted gradient norms, sum kept at K.
   assert state["weights"][0] > state["weights"][1]
   np.testing.assert_allclose(state["weights"].sum(), 2.0, rtol=1e-5)
@@ -152,14 +153,15 @@ def test_baselines():
 # ---------------------------------------------------------------------------------------- losses
 def test_span_mask_and_random_targets():
   tokens = jnp.full((64, 200), 5).at[:, -20:].set(0)  # 20 pads at the end of every row
-  mask = composite.span_mask(jax.random.PRNGKey(0), tokens, rate=0.15, mean_length=3.0)
+  mask = jax.jit(composite.span_mask, static_argnums=(2, 3))(jax.random.PRNGKey(0), tokens, 0.15,
+                                                            3.0)
   assert not mask[:, -20:].any()
   coverage = float(mask[:, :-20].mean())
   assert 0.10 < coverage < 0.17, coverage
   row = np.asarray(mask[:, :-20]).astype(int)
   runs = [len(r) for line in row for r in "".join(map(str, line)).split("0") if r]
   assert 2.3 < np.mean(runs) < 3.7  # overlapping spans merge, so slightly above 3 is fine
-  a = composite.random_targets(jnp.array([0, 1, 0]), 10, 16, seed=0)
+  a = jax.jit(composite.random_targets, static_argnums=(1, 2, 3))(jnp.array([0, 1, 0]), 10, 16, 0)
   np.testing.assert_array_equal(a[0], a[2])  # a function of (seed, index, position) only
   assert (a[0] != a[1]).any() and int(a.max()) < 16
 
@@ -209,18 +211,17 @@ def composite_routing(monkeypatch):
   monkeypatch.setattr(train, "train_phase", route)
 
 
-def test_composite_phase_then_finetune(tmp_path, composite_routing):
+def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path, composite_routing):
   config = load_config("synthetic_grap", "smoke")
+  config.phases = "pretrain"  # The fine-tune's loading is checked below without training it.
   config.data.synthetic.update(length=24, num_train=128, num_val=32, num_test=32)
   config.data.max_length = 24
   config.model.update(d_model=16, num_heads=2, d_ff=32)
   config.pretrain.update(num_steps=30, batch_size=16, eval_every_steps=30,
                          checkpoint_every_steps=30, log_every_steps=10)
   config.pretrain.composite.log_weights_every = 5
-  config.finetune.update(num_steps=4, batch_size=16, eval_every_steps=4, checkpoint_every_steps=4)
-  results = experiment.run(config, str(tmp_path))
+  pre = experiment.run(config, str(tmp_path))["pretrain"]
 
-  pre = results["pretrain"]
   losses = ("mlm", "span", "contrastive", "random")
   assert pre["weighting"] == "grap" and tuple(pre["final_weights"]) == losses
   assert pre["selection_metric"] == "mlm_accuracy" and pre["steps_per_sec"] > 0
@@ -232,16 +233,23 @@ def test_composite_phase_then_finetune(tmp_path, composite_routing):
   weights = [r for r in rows if r["split"] == "weights"]
   assert [r["step"] for r in weights] == [5, 10, 15, 20, 25, 30]
   for r in weights:
-    w = np.array([r[n] for n in losses])
-    assert (w >= 0).all() and all(f"align_{n}" in r and f"logit_{n}" in r for n in losses)
+    assert all(r[n] >= 0 and f"align_{n}" in r and f"logit_{n}" in r for n in losses)
   assert os.path.getsize(phase / "weights.png") > 1000
   for kind in ("latest", "best", "init"):
     assert os.listdir(phase / "checkpoints" / kind)
 
-  # The fine-tune loaded exactly the encoder: the heads stayed behind, the classifier is fresh.
-  report = json.load(open(tmp_path / "finetune" / "init_from.json"))
-  assert report["loaded"] and all(p.startswith("encoder/") for p in report["loaded"])
+  # The fine-tune's init_from (source=pretrain, exclude pretrain_heads/.*) into the classifier:
+  # every encoder array loads with matching shapes, the heads stay behind, the classifier is fresh.
+  task = TaskData("synthetic", synthetic.vocabulary(16), 2, 24, {}, "test")
+  model = train.build_model(config.model, task, objectives.Classification())
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 24), jnp.int32))["params"]
+  loaded, report = init_from.load_into(params, config.finetune.init_from, workdir=str(tmp_path),
+                                       phase_names=["pretrain", "finetune"], phase="finetune")
   assert report["fresh"] == ["classifier/bias", "classifier/kernel"]
+  assert sorted(report["loaded"]) == sorted(p for p in tree.flatten(params) if p != "classifier/bias"
+                                            and p != "classifier/kernel")
   assert report["ignored"] and all(p.startswith("pretrain_heads/") for p in report["ignored"])
   assert "pretrain_heads/grap_probe/kernel" in report["ignored"]
-  assert 0.0 <= results["finetune"]["test_of_best"]["accuracy"] <= 1.0
+  best = checkpoints.restore_item(pre["selected_checkpoint"])
+  np.testing.assert_array_equal(tree.flatten(loaded)["encoder/final_norm/scale"],
+                                best["encoder"]["final_norm"]["scale"])

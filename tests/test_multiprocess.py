@@ -69,9 +69,6 @@ def _checksums(flat: dict) -> dict:
 
 
 # Runs main.py's main() unchanged, recording which training examples each process materialised.
-# It also works around spt_jax/data/pipeline.py ordering each process's rows separately (see
-# test_global_batch_order_does_not_depend_on_the_process_count): where a process's rows are not its
-# slice of the one-process batch, each process takes its slice of the one-process batch instead.
 _TRAIN_WORKER = """
 import faulthandler, hashlib, json, os, sys
 # Where each thread is, should the run hang: printed shortly before the test gives up on it.
@@ -83,21 +80,10 @@ import main
 from spt_jax.data import pipeline
 
 original = pipeline.train_batches
-probe = {{"inputs": np.arange(32)[:, None]}}
-whole = next(original(probe, 8, seed=0))["inputs"]
-parts = [next(original(probe, 8, seed=0, process_index=i, process_count=2))["inputs"]
-         for i in range(2)]
-
-def global_order(arrays, global_batch, *, seed, start_step=0, process_index=0, process_count=1):
-  per = global_batch // process_count
-  for batch in original(arrays, global_batch, seed=seed, start_step=start_step):
-    yield {{k: v[process_index * per:(process_index + 1) * per] for k, v in batch.items()}}
-
-source = original if np.array_equal(np.concatenate(parts), whole) else global_order
 calls = []
 
 def recorded(arrays, global_batch, *, seed, start_step=0, process_index=0, process_count=1):
-  batches = source(arrays, global_batch, seed=seed, start_step=start_step,
+  batches = original(arrays, global_batch, seed=seed, start_step=start_step,
                    process_index=process_index, process_count=process_count)
   first = next(batches)
   full = next(original(arrays, global_batch, seed=seed, start_step=start_step))
@@ -197,11 +183,6 @@ def test_processes_read_disjoint_shards_of_every_global_batch():
   assert sorted(seen) == list(range(40))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pipeline.train_batches sorts each process's slice instead of slicing the sorted global batch, "
-    "so row i of the global batch (and its masks, keyed by position) depends on the process count; "
-    "fix: idx = np.sort(order[offset:offset + global_batch])[local]; then remove this marker and "
-    "the work-around in _TRAIN_WORKER"))
 def test_global_batch_order_does_not_depend_on_the_process_count():
   arrays = {"labels": np.arange(40)}
   whole = pipeline.train_batches(arrays, 8, seed=5)

@@ -15,6 +15,7 @@ import sys
 import uuid
 
 from absl import logging
+import jax
 import numpy as np
 import tqdm
 
@@ -196,7 +197,8 @@ def ensure_files(root: str, spec: GeneratorSpec | None) -> None:
         f"`lra_release` directory that contains `{SUBDIR}/`.")
   logging.info("Generating %d ListOps examples (%d/%d/%d) with %s into %s", spec.num_total,
                spec.num_train, spec.num_val, spec.num_test, spec, os.path.join(root, SUBDIR))
-  write_official_layout(root, spec)
+  # One progress bar per job, not per process.
+  write_official_layout(root, spec, progress=jax.process_index() == 0)
   logging.info("Wrote %s", ", ".join(paths))
 
 

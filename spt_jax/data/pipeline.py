@@ -49,7 +49,9 @@ def train_batches(arrays: Mapping[str, np.ndarray], global_batch: int, *, seed: 
       epoch = step // per_epoch
       order = np.random.default_rng([seed, epoch]).permutation(n)
     offset = (step % per_epoch) * global_batch
-    idx = np.sort(order[offset:offset + global_batch][local])  # sorted: faster contiguous gathers
+    # Sort the global batch, then slice: every process count sees the same global row order (so the
+    # same masks per row); sorted indices make the gathers contiguous.
+    idx = np.sort(order[offset:offset + global_batch])[local]
     batch = {k: v[idx] for k, v in arrays.items()}
     batch["weights"] = np.ones(len(idx), np.float32)
     yield batch

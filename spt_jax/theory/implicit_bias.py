@@ -21,9 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# (ℓ-order, PD) thresholds of the regime labels: "lazy" above LAZY_ELL, "PT-dependent" below DEP_PD.
-LAZY_ELL = 1.75
-DEP_PD = -0.25
+# Regime labels. q is jointly 1-homogeneous in (β, κ), so per coordinate ℓ − 1 = −κ ∂_κ q / q and
+# PD = −(ℓ − 1)·s with s = β_PT ∂κ/∂β_PT / κ ∈ [0, 1], the share of the scale κ set by pretraining:
+# (ℓ, PD) lies in the triangle 1 ≤ ℓ ≤ 2, −(ℓ − 1) ≤ PD ≤ 0. "Lazy" is ℓ ≥ LAZY_ELL and
+# "PT-dependent" is an aggregate share PD / (1 − ℓ) ≥ DEP_SHARE (both halfway marks).
+LAZY_ELL = 1.5
+DEP_SHARE = 0.5
 REGIMES = {(False, False): "I", (True, True): "II", (True, False): "III", (False, True): "IV"}
 REGIME_NAMES = {"I": "rich, PT-independent", "II": "lazy, PT-dependent",
                 "III": "lazy, PT-independent", "IV": "rich, PT-dependent"}
@@ -109,16 +112,18 @@ def _newton(x, y, log_a, log_b, tol, max_iter):
     hess = hess + jnp.diag(pin + 1e-14 * jnp.trace(hess) / hess.shape[0] + 1e-300)
     step = jnp.linalg.solve(hess, grad)
     decrease = grad @ step
-    # Past the second test F cannot decrease by a representable amount: β is as good as float64 gets.
-    done = (jnp.linalg.norm(grad) <= tol * y_norm) | (decrease <= 1e-15 * (1.0 + jnp.abs(f)))
+    converged = jnp.linalg.norm(grad) <= tol * y_norm
+    # Once F cannot decrease by a representable amount the line search is blind, but then the
+    # quadratic model is exact to rounding: take the full Newton step and stop.
+    flat = decrease <= 1e-15 * (1.0 + jnp.abs(f))
 
     def ls_cond(t):
       f_new = parts(mu - t * step)[2]
       return ~(jnp.isfinite(f_new) & (f_new <= f - 0.25 * t * decrease)) & (t > 1e-30)
 
-    t = jax.lax.while_loop(ls_cond, lambda t: 0.5 * t, jnp.ones_like(f))
-    mu_new = jnp.where(done, mu, mu - t * step)
-    return mu_new, jnp.where(done, f, parts(mu_new)[2]), it + 1, done
+    t = jnp.where(flat, 1.0, jax.lax.while_loop(ls_cond, lambda t: 0.5 * t, jnp.ones_like(f)))
+    mu_new = jnp.where(converged, mu, mu - t * step)
+    return mu_new, parts(mu_new)[2], it + 1, converged | flat
 
   mu0 = jnp.zeros_like(y)
   mu, _, it, _ = jax.lax.while_loop(cond, body, (mu0, parts(mu0)[2], 0, jnp.bool_(False)))
@@ -185,6 +190,13 @@ def ell_order_and_pd(beta_ft, beta_pt, c, lam, gamma) -> tuple[float, float]:
   return float(np.sum(z_dq) / total), float(np.sum(bp_dq) / total)
 
 
+def pt_share(ell: float, pd: float) -> float:
+  """PD / (1 − ℓ) ∈ [0, 1]: the (potential-weighted) share of the scale κ that pretraining sets."""
+  if ell - 1 < 1e-9:
+    return 0.0 if pd > -1e-9 else 1.0
+  return float(min(max(pd / (1 - ell), 0.0), 1.0))
+
+
 def regime(ell: float, pd: float) -> str:
-  """I–IV from where (ℓ-order, PD) lies relative to (LAZY_ELL, DEP_PD)."""
-  return REGIMES[(bool(ell >= LAZY_ELL), bool(pd <= DEP_PD))]
+  """I–IV from ℓ-order (lazy if ≥ LAZY_ELL) and the PT share (PT-dependent if ≥ DEP_SHARE)."""
+  return REGIMES[(bool(ell >= LAZY_ELL), bool(pt_share(ell, pd) >= DEP_SHARE))]
