@@ -103,6 +103,9 @@ def validate(config, device_count: int) -> None:
     raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
   if not 0 <= m.dropout_rate < 1:
     raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  if m.dropout_rate > 0 and m.attention != "dense":
+    raise ValueError(f"config.model.attention={m.attention!r} has no attention dropout; use "
+                     f"config.model.dropout_rate=0 or attention='dense'.")
   _positive(config.data.max_length, "data.max_length")
   names = phase_names(config)
   for name in names:

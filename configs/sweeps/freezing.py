@@ -13,8 +13,9 @@ FROM_SPT = "phases=finetune finetune.init_from.source={workdir}/spt/seed_{seed}/
 
 def get_config(arg=None):
   runs = ["spt:", f"spt_frozen_attention: {FROM_SPT} finetune.freeze=attention",
-          f"scratch: {SCRATCH}", f"scratch_frozen_attention: {SCRATCH} finetune.freeze=attention",
-          f"scratch_frozen_qk: {SCRATCH} finetune.freeze=qk"]
+          f"scratch: {SCRATCH}", f"scratch_frozen_attention: {SCRATCH} finetune.freeze=attention"]
+  if arg != "cpu":
+    runs.append(f"scratch_frozen_qk: {SCRATCH} finetune.freeze=qk")
   return sweep_config(base="configs/synthetic_spt.py" + (":cpu" if arg == "cpu" else ""),
                       runs=runs, seeds=(0, 1) if arg == "cpu" else (0, 1, 2),
                       title="Freezing attention during fine-tuning")

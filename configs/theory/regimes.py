@@ -46,14 +46,14 @@ def get_config(arg=None):
   config.regime_task = "same"
   # (c, λ/c, γ). λ = −1 with γ = 0 is excluded: all weights start at 0 and nothing is learned.
   config.settings = (
-      (1e-6, -0.99, 0.0),   # rich; weakly PT-dependent through log(κ_on/κ_off)
-      (1e-6, -1.0, 1.0),    # PT-independent, κ = ½ everywhere
-      (1e-6, -0.9, 0.0),    # rich and PT-dependent
-      (1e-6, 0.0, 0.0),     # intermediate
-      (1e-6, 0.99, 0.0),    # the most PT-dependent: κ ≈ 2|β_PT|
-      (1e-3, -0.9, 0.0),
-      (1.0, 0.0, 0.0),      # large c: lazy, κ ≈ 2 everywhere
-      (1.0, 0.99, 10.0),    # large γ: lazy and PT-independent, κ ≈ 50
+      (1e-6, -1.0, 0.01),   # κ = 5e-5 everywhere: rich (ℓ1-like) and PT-independent
+      (1.0, -0.99, 0.0),    # large c but a tiny first layer: κ ≈ 0.02 on and off the PT support
+      (1e-6, -0.9, 0.0),    # κ ≈ 0.1|β_PT|: rich on the PT features, ~1e-7 elsewhere
+      (1e-6, 0.0, 0.0),     # κ ≈ |β_PT|
+      (1e-6, 0.99, 0.0),    # κ ≈ 2|β_PT|: the most PT-dependent
+      (1e-6, -1.0, 1.0),    # κ = ½ everywhere: PT-independent, between rich and lazy
+      (1.0, 0.0, 0.0),      # large c: κ ≈ 2–2.4 everywhere
+      (1.0, 0.99, 10.0),    # large γ: κ ≈ 55, lazy and PT-independent
   )
   config.gd = ml_collections.ConfigDict(dict(
       lr=0.5,            # the paper's learning rate, here an upper bound on the adaptive step
