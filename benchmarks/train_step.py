@@ -527,8 +527,8 @@ def markdown(report: dict) -> str:
       f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, {m['memory_gb']} GB; "
       f"jax {m['versions'].get('jax')}, flax {m['versions'].get('flax')}, "
       f"torch {m['versions'].get('torch', 'absent')} ({m['torch_threads']} threads); "
-      f"backend {m['jax_backend']}. Load average {report['load_before']} before, "
-      f"{report['load_after']} after.",
+      f"backend {m['jax_backend']}. Load average {report['load_before']:.1f} before, "
+      f"{report['load_after']:.1f} after.",
       f"Matmul peak (fp32, best of several n³): JAX {peaks['jax']:.0f} GFLOP/s, torch "
       f"{_fmt(peaks.get('torch'))} GFLOP/s; MFU below divides by {peaks['used']:.0f}.",
       f"Steps: median of {report['settings']['steps']} timed rounds after "
@@ -604,8 +604,15 @@ def main(argv=None) -> dict:
   parser.add_argument("--budget-s", type=float, default=400.0,
                       help="skip a default shape predicted to take longer (explicit --shapes "
                            "always run)")
+  parser.add_argument("--render", metavar="JSON",
+                      help="print the tables of an earlier run's train_step.json and exit")
   parser.add_argument("--verbose", action="store_true")
   args = parser.parse_args(argv)
+  if args.render:
+    with open(args.render) as f:
+      report = json.load(f)
+    print(markdown(report) + f"\nWhole run: {report['wall_s']:.0f} s.")
+    return report
   explicit = "--shapes" in (argv if argv is not None else sys.argv[1:]) or any(
       a.startswith("--shapes=") for a in (argv if argv is not None else sys.argv[1:]))
   if args.quick:

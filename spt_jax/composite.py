@@ -9,7 +9,10 @@ Objectives (`composite.losses`, any non-empty subset, each a head under `pretrai
   random       a deliberately useless loss: per-position class labels drawn from a fixed seed per
                training example index and position, independent of the tokens (pure memorisation)
 GraP adds `pretrain_heads/grap_probe`, a linear classifier on the pooled z trained on the labelled
-examples only; it supplies the downstream gradient and never reaches the encoder.
+examples only; it supplies the downstream gradient and never reaches the encoder. Alignment in z
+needs the downstream gradient on the same z, so the labelled examples are those of the current batch
+whose index lies in the first `grap.label_fraction` of the training set (labels of the others are
+never read; a batch without any leaves GraP's statistics and logits unchanged).
 
 How the objectives share the forward pass: ONE corrupted input (view 1) serves every head. Its mask
 is the union of the mlm mask and the span mask; the mlm head is scored on the mlm positions, the span
@@ -95,6 +98,7 @@ def validate_phase(p, name: str) -> None:
             ("composite.log_weights_every", c.log_weights_every > 0, "> 0"),
             ("grap.logit_lr", g.logit_lr > 0, "> 0"),
             ("grap.ema", 0 <= g.ema < 1, "in [0, 1)"),
+            ("grap.b1", 0 <= g.b1 < 1, "in [0, 1)"),
             ("grap.b2", 0 <= g.b2 < 1, "in [0, 1)"),
             ("grap.warmup_updates", g.warmup_updates >= 0, ">= 0"),
             ("grap.label_fraction", 0 < g.label_fraction <= 1, "in (0, 1]")]

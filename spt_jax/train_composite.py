@@ -2,7 +2,9 @@
 
 Same contract as `train.train_phase` (phase directory, Orbax latest/best/init checkpoints,
 metrics.jsonl, results.json, resumable bit-identically), so a following fine-tune loads it with
-`init_from.source=<phase>` and `init_from.exclude=("pretrain_heads/.*",)`.
+`init_from.source=<phase>` and `init_from.exclude=("pretrain_heads/.*",)`. `experiment.run` sends
+every phase with `objective == "composite"` here, and `config_lib.validate` checks such a phase with
+`composite.validate_phase` (its fields come from `composite.phase_config()`).
 
 A step (spt_jax/composite.py for the views and heads, spt_jax/grap.py for the weighting):
   z = encoder(view 1) with its VJP kept; z2 = encoder(view 2), a constant (contrastive only)

@@ -1,7 +1,8 @@
 """GraP loss weighting and composite SPT: the algorithm's maths, its dynamics, and one tiny phase.
 
-The integration test routes objective='composite' to spt_jax.train_composite with monkeypatching,
-exactly what the patches to experiment.py / objectives.py (see train_composite's docstring) do.
+The phase test routes objective='composite' to spt_jax.train_composite by monkeypatching, which is
+what experiment.py and objectives.py do once they know the objective (train_composite's docstring);
+on such a checkout the fixture changes nothing.
 """
 from __future__ import annotations
 

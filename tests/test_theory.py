@@ -1,4 +1,4 @@
-"""Diagonal-network theory: GD vs the implicit-bias minimiser, ℓ-order/PD, data, the sweep end to end."""
+"""Diagonal-network theory: GD vs the implicit-bias minimiser, ℓ-order/PD, data, the sweep."""
 from __future__ import annotations
 
 import functools
@@ -138,7 +138,8 @@ def test_finetune_scale_formula_after_gd_pretraining(small_problem, pt_ft_runs):
 def test_ell_order_and_pd_stay_in_range():
   rng = np.random.default_rng(2)
   for _ in range(200):
-    c, lam, gamma = 10 ** rng.uniform(-8, 1), rng.uniform(-1, 1), rng.choice([0.0, 10 ** rng.uniform(-3, 2)])
+    c, lam = 10 ** rng.uniform(-8, 1), rng.uniform(-1, 1)
+    gamma = rng.choice([0.0, 10 ** rng.uniform(-3, 2)])
     beta_ft = rng.normal(size=40) * 10 ** rng.uniform(-4, 3)
     beta_pt = rng.normal(size=40) * (rng.uniform(size=40) < 0.5)
     ell, pd = ib.ell_order_and_pd(beta_ft, beta_pt, c, lam, gamma)

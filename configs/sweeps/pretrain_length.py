@@ -4,7 +4,8 @@ r"""How much SPT is needed? Fine-tune accuracy vs SPT epochs on the synthetic ta
   python -m spt_jax.sweep --config=configs/sweeps/pretrain_length.py --workdir=runs/sweep_pt
 
 Default grid: 0, 1, 10, 50, 100, 200 SPT epochs (0 = from scratch), 3 seeds. `cpu`: 0, 1, 2, 5
-epochs, 2 seeds, with the synthetic config's `cpu` variant (1500 fine-tune steps).
+epochs, 2 seeds, with the synthetic config's `cpu` variant (1500 fine-tune steps; the swept
+number of SPT epochs replaces the variant's own 5).
 """
 from spt_jax.config_lib import sweep_config
 

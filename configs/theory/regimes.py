@@ -1,7 +1,7 @@
 r"""Fine-tuning regimes of diagonal linear networks (Anguita et al., 2026): generalisation error vs α.
 
   python -m spt_jax.theory.experiments --config=configs/theory/regimes.py --workdir=runs/theory
-  python -m spt_jax.theory.experiments --config=configs/theory/regimes.py:paper --workdir=runs/theory_paper
+  python -m spt_jax.theory.experiments --config=configs/theory/regimes.py:paper --workdir=runs/paper
 
 The default is sized for 2 CPU cores (D = 500, 3 seeds, 8 values of α, a hand-picked set of (c, λ, γ)
 that covers the four regimes); `:paper` is the paper's size (D = 5000, 14 seeds, 11 values of α, the
@@ -14,8 +14,9 @@ import ml_collections
 import numpy as np
 
 
-def task(omega: float, rho_ft: float, pt_alpha: float, paper_best: str = "") -> ml_collections.ConfigDict:
-  """A fine-tuning task: FT support ρ_FT·D with a fraction ω inside the PT support; PT on α_PT·D samples.
+def task(omega: float, rho_ft: float, pt_alpha: float,
+         paper_best: str = "") -> ml_collections.ConfigDict:
+  """A fine-tuning task: FT support ρ_FT·D, a fraction ω of it in the PT support; PT on α_PT·D samples.
 
   `paper_best`: the regime the paper says generalises best on this task ("" for none).
   """

@@ -38,6 +38,8 @@ def lines(xs, series: dict[str, tuple[np.ndarray, np.ndarray]], path: str, *, xl
     ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
   if logx:
     ax.set_xscale("symlog", linthresh=1)
+  ax.set_xticks(list(xs))
+  ax.set_xticklabels([f"{x:g}" for x in xs])
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title, fontsize=10)

@@ -1,7 +1,7 @@
 """The implicit bias of fine-tuning a diagonal linear network, its minimiser, ℓ-order and PD.
 
-Gradient flow on ½‖Xβ − y‖² from weights with mirror coefficients (A, B) (`diagonal.mirror_coefficients`)
-converges, if it interpolates, to
+Gradient flow on ½‖Xβ − y‖² from weights with mirror coefficients (A, B)
+(`diagonal.mirror_coefficients`) converges, if it interpolates, to
 
   argmin_β Σ_d q_{k_d}(β_d) − ¼ log(A_d / B_d) β_d   s.t.  Xβ = y,     k_d = 16 A_d B_d,
 
@@ -9,8 +9,8 @@ converges, if it interpolates, to
 
 Fine-tuning starts with equal units, so A = B (no linear term) and √k_d / 2 = κ_d = 2A_d, which equals
 the brief's c_FT,d = c(1+λ)(1 + sqrt(1 + (β_PT,d/c)²)) + γ²/2 (`finetune_scale`; docs/theory.md derives
-both). Everything here is float64 (the solver in JAX under `jax.enable_x64`): at small c the dual Hessian
-spans many orders of magnitude.
+both). Everything here is float64 (the solver in JAX under `jax.enable_x64`): at small c the dual
+Hessian spans many orders of magnitude.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg
 import numpy as np
 
 # Regime labels. q is jointly 1-homogeneous in (β, κ), so per coordinate ℓ − 1 = −κ ∂_κ q / q and
@@ -84,13 +85,17 @@ def _newton(x, y, log_a, log_b, tol, max_iter):
   """Damped Newton on the dual F(μ) = Σ_d ½(A_d e^{2ξ_d} + B_d e^{−2ξ_d}) − μᵀy, ξ = Xᵀμ."""
   x_in, y_in = x, y
   y_norm = jnp.maximum(jnp.linalg.norm(y), 1e-300)
-  # Xβ = y ⟺ S Vᵀβ = Uᵀy on the non-null singular directions; the dual is then strictly convex
-  # even when N > D or X is rank-deficient (null directions become zero rows, pinned at μ = 0).
-  u, sv, vt = jnp.linalg.svd(x, full_matrices=False)
-  keep = sv > 1e-10 * sv[0]
-  x = jnp.where(keep[:, None], sv[:, None] * vt, 0.0)
-  y = jnp.where(keep, u.T @ y, 0.0)
-  pin = jnp.where(keep, 0.0, 1.0)
+  if x.shape[0] >= x.shape[1]:
+    # N ≥ D: the dual Hessian X diag(·) Xᵀ is singular. With XᵀX = V S² Vᵀ, Xβ = y ⟺ S Vᵀβ = S⁻¹VᵀXᵀy
+    # on the non-null directions (y consistent); null directions become zero rows pinned at μ = 0.
+    # (eigh of the D×D Gram matrix: XLA's CPU SVD is an order of magnitude slower.)
+    s2, v = jnp.linalg.eigh(x.T @ x)
+    keep = s2 > 1e-12 * s2[-1]
+    sv = jnp.sqrt(jnp.where(keep, s2, 1.0))
+    x, y = jnp.where(keep[:, None], sv[:, None] * v.T, 0.0), jnp.where(keep, v.T @ (x.T @ y) / sv, 0.0)
+    pin = jnp.where(keep, 0.0, 1.0)
+  else:
+    pin = jnp.zeros_like(y)   # X ~ Gaussian with N < D has full row rank
 
   def parts(mu):
     xi = x.T @ mu
@@ -110,7 +115,7 @@ def _newton(x, y, log_a, log_b, tol, max_iter):
     hess = (x * (2 * (ea + eb))) @ x.T
     # A tiny ridge keeps the solve defined where the curvature underflows in some directions.
     hess = hess + jnp.diag(pin + 1e-14 * jnp.trace(hess) / hess.shape[0] + 1e-300)
-    step = jnp.linalg.solve(hess, grad)
+    step = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(hess), grad)  # hess is SPD
     decrease = grad @ step
     converged = jnp.linalg.norm(grad) <= tol * y_norm
     # Once F cannot decrease by a representable amount the line search is blind, but then the
@@ -146,11 +151,11 @@ def solve(x, y, a, b, tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarr
   """
   x, y, a, b = (np.asarray(t, np.float64) for t in (x, y, a, b))
   batch = x.shape[:-2]
-  flat = lambda t, k: t.reshape((-1,) + t.shape[t.ndim - k:])
+  merge = lambda t, k: t.reshape((-1,) + t.shape[t.ndim - k:])   # batch axes → one
   with np.errstate(divide="ignore"):
     log_a, log_b = np.log(a), np.log(b)
   with jax.enable_x64(True):
-    beta, it, res = _newton_batched(flat(x, 2), flat(y, 1), flat(log_a, 1), flat(log_b, 1),
+    beta, it, res = _newton_batched(merge(x, 2), merge(y, 1), merge(log_a, 1), merge(log_b, 1),
                                     tol, max_iter=max_iter)
     beta, it, res = np.asarray(beta), np.asarray(it), np.asarray(res)
   beta = beta.reshape(batch + beta.shape[-1:])
