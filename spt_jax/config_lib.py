@@ -26,7 +26,8 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
 def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
   """One training phase (pretraining or fine-tuning)."""
   c = ml_collections.ConfigDict(dict(
-      objective=objective,          # 'mlm' (SPT) or 'classification'
+      objective=objective,          # 'mlm' (SPT), 'classification' or 'composite' (several SPT
+                                    # heads, weighted; use composite.phase_config for its fields)
       data="",                      # '' = config.data; else the name of another top-level data section
                                     # (cross-task SPT, e.g. pretrain on 'pretrain_data')
       mask_rate=0.1,                # mlm only: probability that a real token (or pixel) is masked
@@ -118,6 +119,12 @@ def validate(config, device_count: int) -> None:
                        f"config (one with a 'task' field), e.g. config.pretrain_data.")
     if p.objective == "mlm" and not 0 < p.mask_rate < 1:
       raise ValueError(f"config.{name}.mask_rate={p.mask_rate} must be in (0, 1).")
+    if p.objective == "composite":
+      from spt_jax import composite  # Imported here: composite builds on this module.
+      if "composite" not in p or "grap" not in p:
+        raise ValueError(f"config.{name}.objective='composite' needs the fields of "
+                         f"spt_jax.composite.phase_config() (config.{name}.composite, .grap).")
+      composite.validate_phase(p, name)
     for key in ("batch_size", "learning_rate", "log_every_steps", "eval_every_steps",
                 "checkpoint_every_steps"):
       _positive(p[key], f"{name}.{key}")

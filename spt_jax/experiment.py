@@ -13,7 +13,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from spt_jax import config_lib, train
+from spt_jax import config_lib, train, train_composite
 from spt_jax.data import tasks
 from spt_jax.metric_writers import write_json
 
@@ -116,7 +116,10 @@ def run(config, workdir: str) -> dict:
     section = data_section(config, name)
     if section not in loaded:  # Each data section is loaded once, however many phases use it.
       loaded[section] = tasks.load(config[section])
-    results[name] = train.train_phase(config, name, loaded[section], workdir, mesh)
+    # Composite SPT (several heads, weighted per step) has its own phase trainer.
+    trainer = (train_composite.train_phase if config[name].objective == "composite"
+               else train.train_phase)
+    results[name] = trainer(config, name, loaded[section], workdir, mesh)
     write_json(os.path.join(workdir, "results.json"), results)
   write_json(os.path.join(workdir, "results.json"), results)
   return results

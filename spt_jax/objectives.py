@@ -132,7 +132,8 @@ class Classification(_Objective):
     return loss, {"loss": ((ce * w).sum(), n), "accuracy": (correct, n)}
 
 
-OBJECTIVES = ("mlm", "classification")
+# "composite" phases run in spt_jax/train_composite.py (heads and losses in spt_jax/composite.py).
+OBJECTIVES = ("mlm", "classification", "composite")
 PIXEL_LOSSES = ("l1", "ce")
 
 
@@ -144,4 +145,7 @@ def make(phase_config, vocab, input_kind: str = "tokens"):
                                  first_regular_id=vocab.first_regular_id, vocab_size=vocab.size)
   if phase_config.objective == "classification":
     return Classification()
+  if phase_config.objective == "composite":
+    raise ValueError("objective='composite' is trained by spt_jax.train_composite, which builds "
+                     "its heads with spt_jax.composite.build; it has no single-loss objective.")
   raise ValueError(f"objective={phase_config.objective!r} must be one of {OBJECTIVES}.")

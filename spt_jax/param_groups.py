@@ -23,7 +23,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "embeddings": (r"encoder/(token_embedding/.*|position_embedding)",),
     "encoder": (r"encoder/.*",),
     "all_but_heads": (r"encoder/.*",),                              # everything except mlm_head/classifier
-    "heads": (r"(mlm_head|classifier)/.*",),
+    "heads": (r"(mlm_head|classifier|pretrain_heads)/.*",),
     "all": (r".*",),
 }
 
