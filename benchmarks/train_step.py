@@ -144,17 +144,32 @@ def available_memory_bytes() -> float:
   return math.inf
 
 
+class MatmulProbe:
+  """Times the best of `repeats` float32 n³ JAX matmuls; called once per round, it gives each
+  round's own peak, so MFU stays meaningful while other processes' load comes and goes."""
+
+  def __init__(self, n: int, repeats: int = 3):
+    self.n, self.repeats = n, repeats
+    self.a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    self.b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    self.mm = jax.jit(jnp.matmul)
+    self.mm(self.a, self.b).block_until_ready()
+
+  def __call__(self) -> float:
+    best = math.inf
+    for _ in range(self.repeats):
+      start = time.perf_counter()
+      self.mm(self.a, self.b).block_until_ready()
+      best = min(best, time.perf_counter() - start)
+    return best
+
+  def gflops(self, seconds: float) -> float:
+    return 2 * self.n**3 / seconds / 1e9
+
+
 def jax_matmul_gflops(n: int, repeats: int = 8) -> float:
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-  mm = jax.jit(jnp.matmul)
-  mm(a, b).block_until_ready()
-  best = math.inf
-  for _ in range(repeats):
-    start = time.perf_counter()
-    mm(a, b).block_until_ready()
-    best = min(best, time.perf_counter() - start)
-  return 2 * n**3 / best / 1e9
+  probe = MatmulProbe(n, repeats)
+  return probe.gflops(probe())
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -401,7 +416,7 @@ def estimate_seconds(shape: Shape, batch: int, rounds: int, peak: float, impls) 
   return (rounds + 1) * sum(per_round / (EXPECTED_MFU[i] * peak * 1e9) for i in impls)
 
 
-def bench_kind(shape: Shape, kind: str, batch: int, args, peak: float, log) -> dict:
+def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
   arrays = synthetic_arrays(shape, max(64, 8 * batch))
   tokens = batch * shape.sequences_per_example * shape.length
   row = {"shape": shape.name, "kind": kind, "length": shape.length, "batch": batch,
@@ -434,18 +449,25 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, peak: float, log) -> d
                              f"parameters, the JAX model {jx.num_params:,}; they must match.")
       row[f"{name}_first_call_s"] = ts.compile_s
       steps[name] = ts
+  probe = MatmulProbe(2048 if jax.default_backend() == "cpu" else 8192)
+  steps["matmul"] = probe
   times = interleave(steps, args.steps, args.warmup)
+  peaks = [probe.gflops(t) for t in times.pop("matmul")]
   row["torch_notes"] = torch_notes
   row["times_s"] = times
+  row["round_peak_gflops"] = peaks
+
+  def mfu(flops, ts):  # each round's step against the same round's matmul peak
+    return statistics.median(flops / t / (p * 1e9) for t, p in zip(ts, peaks))
+
   for name, ts in times.items():
     median = statistics.median(ts)
     row[f"{name}_ms"] = 1e3 * median
     row[f"{name}_tok_s"] = tokens / median
-    flops = jx.xla_flops if name == "jax" else row["analytic_flops"]["total"]
-    row[f"{name}_mfu"] = flops / median / (peak * 1e9)
+    row[f"{name}_mfu"] = mfu(jx.xla_flops if name == "jax" else row["analytic_flops"]["total"], ts)
     if name != "jax":
       row[f"{name}_speedup"] = paired_ratio(times["jax"], ts)
-  row["jax_mfu_analytic"] = row["analytic_flops"]["total"] / (row["jax_ms"] / 1e3) / (peak * 1e9)
+  row["jax_mfu_analytic"] = mfu(row["analytic_flops"]["total"], times["jax"])
   row["input_batches_s"] = pipeline_batches_per_s(arrays, batch, jx.batch_sharding)
   row["step_batches_s"] = 1e3 / row["jax_ms"]
   log(f"  [{shape.name}/{kind}] " + ", ".join(
@@ -529,8 +551,12 @@ def markdown(report: dict) -> str:
       f"torch {m['versions'].get('torch', 'absent')} ({m['torch_threads']} threads); "
       f"backend {m['jax_backend']}. Load average {report['load_before']:.1f} before, "
       f"{report['load_after']:.1f} after.",
-      f"Matmul peak (fp32, best of several n³): JAX {peaks['jax']:.0f} GFLOP/s, torch "
-      f"{_fmt(peaks.get('torch'))} GFLOP/s; MFU below divides by {peaks['used']:.0f}.",
+      f"Matmul peak at the start (fp32, best of several n³): JAX {peaks['jax']:.0f} GFLOP/s, torch "
+      f"{_fmt(peaks.get('torch'))} GFLOP/s. " + (
+          "MFU divides each round's FLOP rate by the JAX matmul peak timed in the same round "
+          "(median over rounds), so that changing load cancels out."
+          if any("round_peak_gflops" in r for r in report["results"]) else
+          f"MFU divides by {peaks['used']:.0f} GFLOP/s."),
       f"Steps: median of {report['settings']['steps']} timed rounds after "
       f"{report['settings']['warmup']} warm-up round(s); one JAX, eager and compiled step per round.",
       "", "## Throughput", "",
@@ -663,7 +689,7 @@ def main(argv=None) -> dict:
     log(f"[{name}] batch {batch} (task batch {shape.batch}), predicted ~{estimate:.0f} s")
     for kind in KINDS:
       try:
-        report["results"].append(bench_kind(shape, kind, batch, args, peaks["used"], log))
+        report["results"].append(bench_kind(shape, kind, batch, args, log))
         save(report, args.out, started)
       except Exception as e:  # noqa: BLE001 - e.g. out of memory at one shape: report, go on
         report["skipped"].append({"shape": f"{name}/{kind}", "reason": first_line(e)})

@@ -1,6 +1,5 @@
 """Every LRA task's `smoke` config, SPT and from scratch, end to end (Text and Image on TFDS mock data)."""
 import contextlib
-import time
 
 import pytest
 import tensorflow_datasets as tfds
@@ -30,13 +29,12 @@ def _cache(config, cache_dir):
 def test_smoke_config_runs(task, kind, tmp_path, cache_dir):
   config = load_config(f"{task}_{kind}", "smoke")
   _cache(config, cache_dir)
-  start = time.time()
   with _data_context(task):
     results = experiment.run(config, str(tmp_path))
+  # Wall time is not asserted: it depends on the machine's load (pytest --durations reports it).
   assert set(results) == set(config.phases.split(","))
   assert 0 <= results["finetune"]["test_of_best"]["accuracy"] <= 1
-  # Each is well under 60 s on an idle 2-core machine (README); 90 s leaves room for a loaded one.
-  assert time.time() - start < 90
+  assert all(r["steps"] > 0 and r["steps_per_sec"] for r in results.values())
 
 
 def test_pathfinder_to_cifar_cross_task(tmp_path, cache_dir):
