@@ -25,5 +25,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8"],
+        # Benchmarks only: the PyTorch reference model (the CPU wheel these machines carry on disk).
+        "bench": ["torch==2.13.0"],
     },
 )
