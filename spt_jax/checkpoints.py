@@ -66,7 +66,14 @@ class PhaseCheckpoints:
   def latest_params_dir(self) -> str:
     return os.path.join(self.directory, LATEST, str(self.latest_step()), "params")
 
+  def _finish_pending(self) -> None:
+    # Orbax names its multi-process "async write complete" barrier after the step, so a `best` and a
+    # `latest` save of the same step in flight together collide ("barrier already ongoing") and
+    # hang. One save at a time across this phase's managers avoids it.
+    self.wait()
+
   def save_latest(self, step: int, params, opt_state, meta: dict) -> None:
+    self._finish_pending()
     self._latest.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
         meta=ocp.args.JsonSave(meta)), force=True)
@@ -95,6 +102,7 @@ class PhaseCheckpoints:
     return None if step is None else os.path.join(self.directory, BEST, str(step), "params")
 
   def save_best(self, step: int, params, metrics: dict) -> None:
+    self._finish_pending()
     self._best.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(params),
         meta=ocp.args.JsonSave({k: float(v) for k, v in metrics.items()})), force=True)
@@ -102,6 +110,7 @@ class PhaseCheckpoints:
   # ---- init: the starting point (fresh, handed off or hybrid), for inspection and exact comparisons
   def save_init(self, params, meta: dict) -> None:
     if self._init.latest_step() is None:
+      self._finish_pending()
       self._init.save(0, args=ocp.args.Composite(
           params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)), force=True)
 
