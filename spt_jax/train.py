@@ -7,6 +7,7 @@ data order a function of (seed, step), so a resumed run is bit-identical to an u
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -127,27 +128,32 @@ def _check_finite(history: list[dict], first_step: int, phase: str, last_ckpt) -
           f"config.{phase}.learning_rate, add warmup, or set config.{phase}.grad_clip_norm.")
 
 
-def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
-  """Runs (or resumes) phase `name` of `config` in `<workdir>/<name>` and returns its results."""
+@dataclasses.dataclass
+class PhaseSetup:
+  """Where a phase starts: its state (fresh, handed off or resumed) and what the loop needs with it."""
+  state: TrainState
+  ckpts: checkpoints.PhaseCheckpoints
+  schedule: Any
+  tx: Any
+  trainable: Any
+  best_value: float = -math.inf
+  best_step: int | None = None
+  wall_before: float = 0.0
+
+  @property
+  def start(self) -> int:
+    return int(self.state.step)
+
+
+def setup_phase(config, name: str, params, workdir: str, mesh, steps: int, *,
+                init_opt_state=lambda tx, params: tx.init(params)) -> PhaseSetup:
+  """Fresh `params` → handed-off and rescaled (init_from), optimiser with freezing, checkpoints
+  opened; or, when the phase has a latest checkpoint, the resumed state. Writes config.json,
+  parameters.md, init_from.json and the init checkpoint."""
   cfg = config[name]
   phase_dir = os.path.join(workdir, name)
-  process0 = jax.process_index() == 0
   replicated = NamedSharding(mesh, P())
-  batch_sharding = NamedSharding(mesh, P("data"))
-  wall_start = time.time()
-
-  # ---------------------------------------------------------------- Data, model and objective
-  train_arrays = task.splits["train"]
-  num_train = pipeline.num_examples(train_arrays)
-  steps = total_steps(cfg, num_train)
-  objective = objectives.make(cfg, task.vocab, task.input_kind)
-  model = build_model(config.model, task, objective)
-  init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
-  scale_rng = jax.random.fold_in(init_rng, 1)
-
-  # ---------------------------------------------------------------- Parameters and optimiser
-  dummy = jnp.zeros((1,) + task.splits["train"]["inputs"].shape[1:], jnp.int32)
-  params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
+  scale_rng = jax.random.fold_in(jax.random.split(phase_rng(config.seed, name), 3)[0], 1)
   ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
   resuming = ckpts.latest_step() is not None
   init_report = {}
@@ -163,80 +169,66 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
     init_report.update(scale_report)
   frozen = frozenset(param_groups.resolve(cfg.freeze, params, what=f"config.{name}.freeze"))
   tx, schedule = optim.make_optimizer(cfg, steps, params, frozen)
-  opt_state = jax.jit(tx.init, out_shardings=replicated)(params)
+  opt_state = jax.jit(lambda p: init_opt_state(tx, p), out_shardings=replicated)(params)
   # Every leaf placed on the mesh up front, so the first step's input matches later steps' (no retrace).
-  state = TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params, opt_state)
-  trainable = tree.map_with_path(lambda p, _: p not in frozen, params)
-
-  best_value, best_step, wall_before = -math.inf, None, 0.0
+  setup = PhaseSetup(TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
+                                opt_state), ckpts, schedule, tx,
+                     tree.map_with_path(lambda p, _: p not in frozen, params))
   if resuming:
-    step0, params, opt_state, meta = ckpts.restore_latest(state.params, state.opt_state)
-    state = TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params, opt_state)
-    best_value, best_step = meta["best_value"], meta["best_step"]
-    wall_before = meta["wall_time_sec"]
+    step0, params, opt_state, meta = ckpts.restore_latest(params, opt_state)
+    setup.state = TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params,
+                             opt_state)
+    setup.best_value, setup.best_step = meta["best_value"], meta["best_step"]
+    setup.wall_before = meta["wall_time_sec"]
     logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
-                 best_value, best_step)
+                 setup.best_value, setup.best_step)
   # Written only once the config has proved compatible with what the workdir holds.
   write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
   table = param_groups.count_table(params, frozen)
   logging.info("[%s] parameters:\n%s", name, table)
-  if process0:
+  if jax.process_index() == 0:
     with open(os.path.join(phase_dir, "parameters.md"), "w") as f:
       f.write(table)
   if not resuming:
     if init_report:
       write_json(os.path.join(phase_dir, "init_from.json"), init_report)
-    ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
-                                   "init_from": cfg.init_from.to_dict()})
-  start = int(state.step)
-  logging.info("[%s] %s, %d steps (%d per epoch), %d parameters (%d frozen), %d device(s)", name,
-               cfg.objective, steps, pipeline.steps_per_epoch(num_train, cfg.batch_size),
-               tree.count(params), sum(tree.count(tree.flatten(params)[p]) for p in frozen),
+    ckpts.save_init(params, {"seed": config.seed, "phase": name,
+                             "init_from": cfg.init_from.to_dict()})
+  logging.info("[%s] %s, %d steps, %d parameters (%d frozen), %d device(s)", name, cfg.objective,
+               steps, tree.count(params), sum(tree.count(tree.flatten(params)[p]) for p in frozen),
                jax.device_count())
+  return setup
 
-  # ---------------------------------------------------------------- Steps
-  train_step, eval_step = make_steps(model, objective, tx, trainable, mesh)
-  batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
-                                   start_step=start, process_index=jax.process_index(),
-                                   process_count=jax.process_count())
-  writer = MetricWriter(phase_dir, resume_step=start)
-  selection = objective.selection_metric
 
-  def evaluate(params, split):
-    return evaluate_split(eval_step, objective, params, task.splits[split], cfg, eval_rng,
-                          batch_sharding)
+@dataclasses.dataclass
+class LoopResult:
+  state: TrainState
+  val_metrics: dict
+  steps_per_sec: float | None
 
-  track_attention = cfg.attention_metrics_every_steps > 0 and model.attention == "dense"
-  if cfg.attention_metrics_every_steps > 0 and not track_attention:
-    logging.warning("[%s] attention metrics need model.attention='dense'; not tracking them.", name)
-  if track_attention:
-    probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
-    probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
-    # Maps come per encoded sequence ([2B, ...] for document pairs); pixels are never padding.
-    flat_probe = probe.reshape(-1, probe.shape[-1])
-    probe_mask = flat_probe != 0 if task.input_kind == "tokens" else jnp.ones(flat_probe.shape, bool)
 
-    @jax.jit
-    def attention_metrics(params):
-      maps = attention_analysis.attention_maps(model, params, probe)
-      out = {}
-      for layer, m in enumerate(maps):
-        for key, value in attention_analysis.proximity_metrics(m, probe_mask).items():
-          out[f"layer{layer}/{key}"] = value
-      return out
+def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, evaluate, writer,
+               selection: str, wall_start: float, *, after_step=None, on_log=None) -> LoopResult:
+  """Steps `setup.start + 1 .. steps`: log every cfg.log_every_steps, validate (and keep the best
+  checkpoint on `selection`) every cfg.eval_every_steps, save the latest every
+  cfg.checkpoint_every_steps, and at the last step. `step_fn(state, batch, step)` → (state, metrics);
+  `on_log(step, summary)` runs at each log and may return progress-bar fields; `after_step(step,
+  state)` after each step's logging, before its evaluation."""
+  ckpts, schedule = setup.ckpts, setup.schedule
+  state, start = setup.state, setup.start
 
   def save_latest(step):
     ckpts.save_latest(step, state.params, state.opt_state, {
-        "step": step, "best_value": best_value, "best_step": best_step,
-        "wall_time_sec": wall_before + time.time() - wall_start})
+        "step": step, "best_value": setup.best_value, "best_step": setup.best_step,
+        "wall_time_sec": setup.wall_before + time.time() - wall_start})
 
-  # ---------------------------------------------------------------- Train loop
-  bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=not process0, dynamic_ncols=True)
+  bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=jax.process_index() != 0,
+                  dynamic_ncols=True)
   pending, window_start, window_step = [], time.time(), start
   compiled, timed_from, train_seconds = False, start, 0.0
   val_metrics = {}
   for step in range(start + 1, steps + 1):
-    state, metrics = train_step(state, to_global(next(batches), batch_sharding), train_rng)
+    state, metrics = step_fn(state, next(batches), step)
     pending.append(metrics)
     if not compiled:  # Exclude compilation from the throughput figures.
       jax.block_until_ready(metrics)
@@ -255,53 +247,135 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
         summary["steps_per_sec"] = (step - window_step) / max(now - window_start, 1e-9)
         train_seconds += now - window_start
       writer.write(step, "train", summary)
-      bar.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary.get('accuracy', 0):.3f}",
-                      refresh=False)
+      postfix = {"loss": f"{summary['loss']:.4f}"}
+      postfix.update((on_log(step, summary) if on_log is not None else None) or {})
+      bar.set_postfix(postfix, refresh=False)
       pending, window_start, window_step = [], now, step
-    if track_attention and (step % cfg.attention_metrics_every_steps == 0 or step == steps):
-      writer.write(step, "attention", jax.device_get(attention_metrics(state.params)))
+    if after_step is not None:
+      after_step(step, state)
     if is_eval:
       val_metrics = evaluate(state.params, "val")
       writer.write(step, "val", val_metrics)
       logging.info("[%s] step %d/%d val %s", name, step, steps,
                    {k: round(v, 4) for k, v in val_metrics.items()})
-      if val_metrics[selection] > best_value:
-        best_value, best_step = val_metrics[selection], step
+      if val_metrics[selection] > setup.best_value:
+        setup.best_value, setup.best_step = val_metrics[selection], step
         ckpts.save_best(step, state.params, val_metrics)
     if is_ckpt:
       save_latest(step)
     if is_eval or is_ckpt:
       window_start = time.time()  # Throughput windows measure training steps only.
   bar.close()
-  timed_steps = steps - timed_from
   ckpts.wait()
+  timed_steps = steps - timed_from
+  return LoopResult(state, val_metrics, timed_steps / train_seconds if train_seconds > 0 else None)
 
-  # ---------------------------------------------------------------- Final evaluation
+
+def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult, evaluate, writer,
+                 selection: str, wall_start: float, phase_dir: str, data_source, **extra) -> dict:
+  """Tests the checkpoint chosen on validation; writes and returns results.json (plus `extra`)."""
+  val_metrics = loop.val_metrics
   if not val_metrics:  # Nothing left to train (resumed at the end): re-measure the final state.
-    val_metrics = evaluate(state.params, "val")
-  best = ckpts.best()
+    val_metrics = evaluate(loop.state.params, "val")
+  best = setup.ckpts.best()
   if best is None:
-    raise RuntimeError(f"[{name}] finished without a best checkpoint in {ckpts.directory}.")
-  best_params_dir = ckpts.best_params_dir()
+    raise RuntimeError(f"[{name}] finished without a best checkpoint in {setup.ckpts.directory}.")
+  best_params_dir = setup.ckpts.best_params_dir()
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                          state.params)
-  best_params = checkpoints.restore_item(best_params_dir, abstract)
-  test_metrics = evaluate(best_params, "test")
+                          loop.state.params)
+  test_metrics = evaluate(checkpoints.restore_item(best_params_dir, abstract), "test")
   writer.write(best[0], "test", test_metrics)
   writer.close()
   results = {
       "phase": name, "objective": cfg.objective, "steps": steps,
       "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
       "test_of_best": test_metrics, "selected_checkpoint": os.path.abspath(best_params_dir),
-      "selection_metric": selection, "wall_time_sec": wall_before + time.time() - wall_start,
+      "selection_metric": selection,
+      "wall_time_sec": setup.wall_before + time.time() - wall_start,
       # Training steps only: compilation, evaluation and checkpointing are not in this figure.
-      "steps_per_sec": timed_steps / train_seconds if train_seconds > 0 else None,
-      "num_parameters": tree.count(state.params), "devices": jax.device_count(),
-      "data_source": task.source,
+      "steps_per_sec": loop.steps_per_sec,
+      "num_parameters": tree.count(loop.state.params), "devices": jax.device_count(),
+      "data_source": data_source,
   }
-  ckpts.close()
+  results.update(extra)
+  setup.ckpts.close()
   write_json(os.path.join(phase_dir, "results.json"), results)
-  logging.info("[%s] done: best val %s=%.4f at step %d, test %s", name, selection, best[1][selection],
-               best[0], test_metrics)
+  logging.info("[%s] done: best val %s=%.4f at step %d, test %s", name, selection,
+               best[1][selection], best[0], test_metrics)
   return results
 
+
+def attention_tracker(name: str, cfg, model, task: TaskData, writer, steps: int, replicated):
+  """`after_step` hook logging proximity metrics of a fixed validation batch's attention every
+  cfg.attention_metrics_every_steps (None when not tracking: dense attention only)."""
+  if cfg.attention_metrics_every_steps <= 0:
+    return None
+  if model.attention != "dense":
+    logging.warning("[%s] attention metrics need model.attention='dense'; not tracking them.", name)
+    return None
+  probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
+  probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
+  # Maps come per encoded sequence ([2B, ...] for document pairs); pixels are never padding.
+  flat_probe = probe.reshape(-1, probe.shape[-1])
+  probe_mask = flat_probe != 0 if task.input_kind == "tokens" else jnp.ones(flat_probe.shape, bool)
+
+  @jax.jit
+  def attention_metrics(params):
+    out = {}
+    for layer, m in enumerate(attention_analysis.attention_maps(model, params, probe)):
+      for key, value in attention_analysis.proximity_metrics(m, probe_mask).items():
+        out[f"layer{layer}/{key}"] = value
+    return out
+
+  def after_step(step, state):
+    if step % cfg.attention_metrics_every_steps == 0 or step == steps:
+      writer.write(step, "attention", jax.device_get(attention_metrics(state.params)))
+  return after_step
+
+
+def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
+  """Runs (or resumes) phase `name` of `config` in `<workdir>/<name>` and returns its results."""
+  cfg = config[name]
+  phase_dir = os.path.join(workdir, name)
+  replicated = NamedSharding(mesh, P())
+  batch_sharding = NamedSharding(mesh, P("data"))
+  wall_start = time.time()
+
+  # ---------------------------------------------------------------- Data, model and objective
+  train_arrays = task.splits["train"]
+  num_train = pipeline.num_examples(train_arrays)
+  steps = total_steps(cfg, num_train)
+  objective = objectives.make(cfg, task.vocab, task.input_kind)
+  model = build_model(config.model, task, objective)
+  init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
+  logging.info("[%s] %d steps per epoch", name, pipeline.steps_per_epoch(num_train, cfg.batch_size))
+
+  # ---------------------------------------------------------------- Parameters and optimiser
+  dummy = jnp.zeros((1,) + train_arrays["inputs"].shape[1:], jnp.int32)
+  params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
+  setup = setup_phase(config, name, params, workdir, mesh, steps)
+
+  # ---------------------------------------------------------------- Steps
+  train_step, eval_step = make_steps(model, objective, setup.tx, setup.trainable, mesh)
+  batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
+                                   start_step=setup.start, process_index=jax.process_index(),
+                                   process_count=jax.process_count())
+  writer = MetricWriter(phase_dir, resume_step=setup.start)
+
+  def evaluate(params, split):
+    return evaluate_split(eval_step, objective, params, task.splits[split], cfg, eval_rng,
+                          batch_sharding)
+
+  def step_fn(state, batch, step):
+    return train_step(state, to_global(batch, batch_sharding), train_rng)
+
+  after_step = attention_tracker(name, cfg, model, task, writer, steps, replicated)
+
+  def on_log(step, summary):
+    return {"acc": f"{summary.get('accuracy', 0):.3f}"}
+
+  # ---------------------------------------------------------------- Train loop and final test
+  loop = train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
+                    objective.selection_metric, wall_start, after_step=after_step, on_log=on_log)
+  return finish_phase(name, cfg, steps, setup, loop, evaluate, writer, objective.selection_metric,
+                      wall_start, phase_dir, task.source)

@@ -26,7 +26,6 @@ head losses, comparable across weighting methods.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import types
@@ -35,16 +34,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tqdm
 from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import checkpoints, composite, grap, init_from, optim, param_groups, train, tree
+from spt_jax import composite, grap, train
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
-from spt_jax.metric_writers import MetricWriter, write_json
+from spt_jax.metric_writers import MetricWriter
 
 
 # ---------------------------------------------------------------------------------------- Data
@@ -201,7 +199,6 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   cfg = config[name]
   composite.validate_phase(cfg, name)
   phase_dir = os.path.join(workdir, name)
-  process0 = jax.process_index() == 0
   replicated = NamedSharding(mesh, P())
   batch_sharding = NamedSharding(mesh, P("data"))
   wall_start = time.time()
@@ -210,155 +207,51 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   weighting = composite.weighting_from_config(cfg)
   comp = composite.build(config, name, task)
   splits = prepare_splits(task, weighting, cfg.grap.label_fraction)
-  num_train = pipeline.num_examples(splits["train"])
-  steps = train.total_steps(cfg, num_train)
+  steps = train.total_steps(cfg, pipeline.num_examples(splits["train"]))
   init_rng, train_rng, eval_rng = jax.random.split(train.phase_rng(config.seed, name), 3)
-  scale_rng = jax.random.fold_in(init_rng, 1)
 
   # ---------------------------------------------------------------- Parameters and optimiser
-  params = init_params(config, task, comp, init_rng, replicated)
-  ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
-  resuming = ckpts.latest_step() is not None
-  init_report = {}
-  if cfg.init_from.source and not resuming:
-    params, init_report = init_from.load_into(
-        params, cfg.init_from, workdir=workdir, phase_names=config.phases.split(","), phase=name,
-        sharding=replicated)
-    logging.info("[%s] loaded %d parameter arrays from %s", name, len(init_report["loaded"]),
-                 init_report["source"])
-  if not resuming:
-    params, scale_report = init_from.apply_scales(params, cfg.init_from, scale_rng, phase=name)
-    init_report.update(scale_report)
-  frozen = frozenset(param_groups.resolve(cfg.freeze, params, what=f"config.{name}.freeze"))
-  tx, schedule = optim.make_optimizer(cfg, steps, params, frozen)
-  opt_state = jax.jit(lambda p: {"model": tx.init(p), "weighting": weighting.init()},
-                      out_shardings=replicated)(params)
-  state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
-                           opt_state)
-  trainable = tree.map_with_path(lambda p, _: p not in frozen, params)
-
-  best_value, best_step, wall_before = -math.inf, None, 0.0
-  if resuming:
-    step0, params, opt_state, meta = ckpts.restore_latest(state.params, state.opt_state)
-    state = train.TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params,
-                             opt_state)
-    best_value, best_step = meta["best_value"], meta["best_step"]
-    wall_before = meta["wall_time_sec"]
-    logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
-                 best_value, best_step)
-  write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
-  table = param_groups.count_table(params, frozen)
-  if process0:
-    with open(os.path.join(phase_dir, "parameters.md"), "w") as f:
-      f.write(table)
-  if not resuming:
-    if init_report:
-      write_json(os.path.join(phase_dir, "init_from.json"), init_report)
-    ckpts.save_init(state.params, {"seed": config.seed, "phase": name,
-                                   "init_from": cfg.init_from.to_dict()})
-  start = int(state.step)
-  logging.info("[%s] composite %s weighted %s, %d steps, %d parameters, %d device(s)", name,
-               comp.losses, weighting.method, steps, tree.count(params), jax.device_count())
+  # The weighting's own state rides in the optimiser state, so it is checkpointed and resumed too.
+  setup = train.setup_phase(
+      config, name, init_params(config, task, comp, init_rng, replicated), workdir, mesh, steps,
+      init_opt_state=lambda tx, p: {"model": tx.init(p), "weighting": weighting.init()})
+  logging.info("[%s] composite %s weighted %s", name, comp.losses, weighting.method)
   if cfg.attention_metrics_every_steps > 0:
     logging.warning("[%s] attention metrics are not tracked in composite phases.", name)
 
   # ---------------------------------------------------------------- Steps
-  train_step, eval_step = make_steps(comp, weighting, tx, trainable, mesh)
+  train_step, eval_step = make_steps(comp, weighting, setup.tx, setup.trainable, mesh)
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
-                                   start_step=start, process_index=jax.process_index(),
+                                   start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
-  writer = MetricWriter(phase_dir, resume_step=start)
-  selection = comp.selection_metric
+  writer = MetricWriter(phase_dir, resume_step=setup.start)
   log_weights_every = cfg.composite.log_weights_every
+  pending_weights = []
 
   def evaluate(params, split):
     return train.evaluate_split(eval_step, comp, params, splits[split], cfg, eval_rng,
                                 batch_sharding)
 
-  def save_latest(step):
-    ckpts.save_latest(step, state.params, state.opt_state, {
-        "step": step, "best_value": best_value, "best_step": best_step,
-        "wall_time_sec": wall_before + time.time() - wall_start})
-
-  # ---------------------------------------------------------------- Train loop
-  bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=not process0, dynamic_ncols=True)
-  pending, pending_weights, window_start, window_step = [], [], time.time(), start
-  compiled, timed_from, train_seconds = False, start, 0.0
-  val_metrics = {}
-  for step in range(start + 1, steps + 1):
-    state, metrics, info = train_step(state, train.to_global(next(batches), batch_sharding),
-                                      train_rng)
-    pending.append(metrics)
+  def step_fn(state, batch, step):
+    state, metrics, info = train_step(state, train.to_global(batch, batch_sharding), train_rng)
     if step % log_weights_every == 0 or step == steps:
       pending_weights.append((step, info))
-    if not compiled:  # Exclude compilation from the throughput figures.
-      jax.block_until_ready(metrics)
-      compiled, timed_from, window_start, window_step = True, step, time.time(), step
-      pending = [jax.device_get(metrics)]
-    bar.update(1)
-    is_eval = step % cfg.eval_every_steps == 0 or step == steps
-    is_ckpt = step % cfg.checkpoint_every_steps == 0 or step == steps
-    if step % cfg.log_every_steps == 0 or is_eval or is_ckpt:
-      history = jax.device_get(pending)
-      train._check_finite(history, step - len(history) + 1, name, ckpts.latest_step())
-      now = time.time()
-      summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
-      summary["learning_rate"] = float(schedule(step))
-      if step > window_step:
-        summary["steps_per_sec"] = (step - window_step) / max(now - window_start, 1e-9)
-        train_seconds += now - window_start
-      writer.write(step, "train", summary)
-      for s, i in pending_weights:
-        writer.write(s, "weights", weight_row(comp.losses, jax.device_get(i)))
-      if pending_weights:
-        shown = weight_row(comp.losses, jax.device_get(pending_weights[-1][1]))
-        bar.set_postfix(loss=f"{summary['loss']:.3f}",
-                        w="/".join(f"{shown[n]:.2f}" for n in comp.losses), refresh=False)
-      pending, pending_weights, window_start, window_step = [], [], now, step
-    if is_eval:
-      val_metrics = evaluate(state.params, "val")
-      writer.write(step, "val", val_metrics)
-      logging.info("[%s] step %d/%d val %s", name, step, steps,
-                   {k: round(v, 4) for k, v in val_metrics.items()})
-      if val_metrics[selection] > best_value:
-        best_value, best_step = val_metrics[selection], step
-        ckpts.save_best(step, state.params, val_metrics)
-    if is_ckpt:
-      save_latest(step)
-    if is_eval or is_ckpt:
-      window_start = time.time()  # Throughput windows measure training steps only.
-  bar.close()
-  timed_steps = steps - timed_from
-  ckpts.wait()
+    return state, metrics
 
-  # ---------------------------------------------------------------- Final evaluation
-  if not val_metrics:  # Nothing left to train (resumed at the end): re-measure the final state.
-    val_metrics = evaluate(state.params, "val")
-  best = ckpts.best()
-  if best is None:
-    raise RuntimeError(f"[{name}] finished without a best checkpoint in {ckpts.directory}.")
-  best_params_dir = ckpts.best_params_dir()
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                          state.params)
-  best_params = checkpoints.restore_item(best_params_dir, abstract)
-  test_metrics = evaluate(best_params, "test")
-  writer.write(best[0], "test", test_metrics)
-  writer.close()
+  def on_log(step, summary):
+    rows = [(s, weight_row(comp.losses, jax.device_get(i))) for s, i in pending_weights]
+    pending_weights.clear()
+    for s, row in rows:
+      writer.write(s, "weights", row)
+    return {"w": "/".join(f"{rows[-1][1][n]:.2f}" for n in comp.losses)} if rows else None
+
+  # ---------------------------------------------------------------- Train loop and final test
+  loop = train.train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
+                          comp.selection_metric, wall_start, on_log=on_log)
   weight_rows = read_weight_rows(phase_dir)
-  if process0:
+  if jax.process_index() == 0:
     plot_weights(phase_dir, comp.losses, f"{name}: {weighting.method} weights")
-  results = {
-      "phase": name, "objective": cfg.objective, "steps": steps,
-      "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
-      "test_of_best": test_metrics, "selected_checkpoint": os.path.abspath(best_params_dir),
-      "selection_metric": selection, "wall_time_sec": wall_before + time.time() - wall_start,
-      "steps_per_sec": timed_steps / train_seconds if train_seconds > 0 else None,
-      "num_parameters": tree.count(state.params), "devices": jax.device_count(),
-      "data_source": task.source, "losses": list(comp.losses), "weighting": weighting.method,
-      "final_weights": ({n: weight_rows[-1][n] for n in comp.losses} if weight_rows else None),
-  }
-  ckpts.close()
-  write_json(os.path.join(phase_dir, "results.json"), results)
-  logging.info("[%s] done: best val %s=%.4f at step %d, test %s, final weights %s", name,
-               selection, best[1][selection], best[0], test_metrics, results["final_weights"])
-  return results
+  return train.finish_phase(
+      name, cfg, steps, setup, loop, evaluate, writer, comp.selection_metric, wall_start,
+      phase_dir, task.source, losses=list(comp.losses), weighting=weighting.method,
+      final_weights=({n: weight_rows[-1][n] for n in comp.losses} if weight_rows else None))

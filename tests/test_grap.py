@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -254,3 +255,53 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path, composite_r
   best = checkpoints.restore_item(pre["selected_checkpoint"])
   np.testing.assert_array_equal(tree.flatten(loaded)["encoder/final_norm/scale"],
                                 best["encoder"]["final_norm"]["scale"])
+
+
+def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite_routing,
+                                                             monkeypatch):
+  def config():
+    c = load_config("synthetic_grap", "smoke")
+    c.phases = "pretrain"
+    c.data.synthetic.update(length=16, num_train=64, num_val=16, num_test=16)
+    c.data.max_length = 16
+    c.model.update(d_model=16, num_heads=2, d_ff=32)
+    c.pretrain.update(num_steps=20, batch_size=16, eval_every_steps=10, checkpoint_every_steps=10,
+                      log_every_steps=5)
+    c.pretrain.composite.log_weights_every = 5
+    return c
+
+  reference = experiment.run(config(), str(tmp_path / "reference"))["pretrain"]
+
+  original = train_composite.make_steps
+
+  def crashing_make_steps(*args):
+    step, evaluate = original(*args)
+
+    def crash_after_first_checkpoint(state, *rest):
+      if int(state.step) == 13:
+        raise KeyboardInterrupt("simulated crash")
+      return step(state, *rest)
+    return crash_after_first_checkpoint, evaluate
+  workdir = str(tmp_path / "interrupted")
+  monkeypatch.setattr(train_composite, "make_steps", crashing_make_steps)
+  with pytest.raises(KeyboardInterrupt):
+    experiment.run(config(), workdir)
+  latest = os.path.join(workdir, "pretrain", "checkpoints", "latest")
+  deadline = time.time() + 60  # The crashed run's asynchronous save of step 10 may still be writing.
+  while os.listdir(latest) != ["10"] and time.time() < deadline:
+    time.sleep(0.05)
+  assert os.listdir(latest) == ["10"]
+  monkeypatch.setattr(train_composite, "make_steps", original)
+  resumed = experiment.run(config(), workdir)["pretrain"]
+
+  assert resumed["test_of_best"] == reference["test_of_best"]
+  assert resumed["final_weights"] == reference["final_weights"]
+  for path, value in tree.flatten(checkpoints.restore_item(reference["selected_checkpoint"])).items():
+    np.testing.assert_array_equal(
+        tree.flatten(checkpoints.restore_item(resumed["selected_checkpoint"]))[path], value,
+        err_msg=path)
+
+  def rows(d):
+    out = [json.loads(l) for l in open(os.path.join(d, "pretrain", "metrics.jsonl"))]
+    return [{k: v for k, v in r.items() if k != "steps_per_sec"} for r in out]
+  assert rows(workdir) == rows(tmp_path / "reference")

@@ -17,5 +17,5 @@ def get_config(arg=None):
   if arg != "cpu":
     runs.append(f"scratch_frozen_qk: {SCRATCH} finetune.freeze=qk")
   return sweep_config(base="configs/synthetic_spt.py" + (":cpu" if arg == "cpu" else ""),
-                      runs=runs, seeds=(0,) if arg == "cpu" else (0, 1, 2),
+                      runs=runs, seeds=(0, 1, 2),
                       title="Freezing attention during fine-tuning")

@@ -17,5 +17,5 @@ def get_config(arg=None):
           f"mlp: {FROM_SPT} finetune.init_from.include=mlp",
           "none: phases=finetune finetune.init_from.source="]
   return sweep_config(base="configs/synthetic_spt.py" + (":cpu" if arg == "cpu" else ""),
-                      runs=runs, seeds=(0,) if arg == "cpu" else (0, 1, 2),
+                      runs=runs, seeds=(0, 1, 2),
                       title="Hybrid initialisation: which SPT subtrees are loaded")
