@@ -307,11 +307,13 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
 
 def attention_tracker(name: str, cfg, model, task: TaskData, writer, steps: int, replicated):
   """`after_step` hook logging proximity metrics of a fixed validation batch's attention every
-  cfg.attention_metrics_every_steps (None when not tracking: dense attention only)."""
+  cfg.attention_metrics_every_steps (None when not tracking). The maps are dense attention's with
+  the model's parameters, whichever exact implementation trains."""
   if cfg.attention_metrics_every_steps <= 0:
     return None
-  if model.attention != "dense":
-    logging.warning("[%s] attention metrics need model.attention='dense'; not tracking them.", name)
+  if model.attention not in ("dense",) + attention_analysis.EXACT:
+    logging.warning("[%s] attention metrics need exact attention, not model.attention=%r; not "
+                    "tracking them.", name, model.attention)
     return None
   probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
   probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)

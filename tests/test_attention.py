@@ -92,6 +92,21 @@ def test_sequence_model_blockwise_matches_dense():
   np.testing.assert_allclose(logits("local", 32), dense, **TOL)
 
 
+def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeypatch):
+  monkeypatch.setattr(attention, "AUTO_CPU_MIN_LENGTH", 16)
+  on_cpu = jax.default_backend() == "cpu"
+  assert attention.resolve_auto(16, dropout=False) == (
+      ("blockwise", attention.AUTO_CPU_BLOCK) if on_cpu else ("dense", None))
+  assert attention.resolve_auto(15, dropout=False) == ("dense", None)
+  assert attention.resolve_auto(64, dropout=True) == ("dense", None)  # Only dense has dropout.
+  monkeypatch.setattr(attention, "AUTO_CPU_BLOCK", 8)
+  q, k, v, _, mask = _inputs(21)
+  auto, weights = attention.attend(q, k, v, mask, implementation="auto", block_size=512)
+  dense, _ = attention.attend(q, k, v, mask, implementation="dense", block_size=512)
+  assert weights is None if on_cpu else weights is not None
+  np.testing.assert_allclose(auto, dense, **TOL)
+
+
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="cudnn is available on GPU")
 def test_cudnn_off_gpu_names_backend_and_alternative():
   q, k, v, _, mask = _inputs(8)

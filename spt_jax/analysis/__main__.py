@@ -42,8 +42,6 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
   task = tasks.load(config.data)
   objective = objectives.make(config[phase], task.vocab, task.input_kind)
   model = train.build_model(config.model, task, objective)
-  if model.attention != "dense":
-    model = model.clone(attention="dense")  # Same parameters; dense is the one that keeps the maps.
   params_dir = checkpoints.resolve_params_dir(run, checkpoint)
   params = checkpoints.restore_item(params_dir)
   tokens = task.splits[split]["inputs"][:num_examples].astype(np.int32)

@@ -12,8 +12,18 @@ import numpy as np
 from spt_jax.models.transformer import sinusoidal_encoding
 
 
+# Implementations that compute exactly dense attention without keeping the weights: their maps are
+# the dense model's, with the same parameters.
+EXACT = ("auto", "blockwise", "cudnn")
+
+
 def attention_maps(model, params, tokens) -> list[jax.Array]:
   """Per layer, [B, H, L, L] attention weights (rows: queries) for `tokens` [B, L]."""
+  if model.attention in EXACT:
+    model = model.clone(attention="dense")
+  elif model.attention != "dense":
+    raise ValueError(f"attention maps need exact attention; model.attention={model.attention!r} "
+                     f"is a different model (maps would not be the ones it computes).")
   _, state = model.apply({"params": params}, tokens, train=False, mutable=["intermediates"])
   encoder = state["intermediates"]["encoder"]
   layers = sorted((k for k in encoder if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))

@@ -53,7 +53,7 @@ class EncoderBlock(nn.Module):
   dropout_rate: float = 0.0
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
-  attention: str = "dense"
+  attention: str = "auto"
   attention_block_size: int = 512
 
   @nn.compact
@@ -79,7 +79,7 @@ class Encoder(nn.Module):
   position: str = "sinusoidal"
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
-  attention: str = "dense"
+  attention: str = "auto"
   attention_block_size: int = 512
 
   @nn.compact
@@ -152,7 +152,7 @@ class SequenceModel(nn.Module):
   position: str = "sinusoidal"
   activation: str = "gelu"
   dtype: jnp.dtype = jnp.float32
-  attention: str = "dense"
+  attention: str = "auto"
   attention_block_size: int = 512
 
   @nn.compact
