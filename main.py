@@ -12,6 +12,9 @@ from spt_jax import distributed, experiment
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.json go.")
+flags.DEFINE_integer("cpu_devices", -1, "On the CPU backend, split the host into this many devices "
+                     "for the data-parallel step (-1: one per core, as far as the batch sizes divide; "
+                     "1: one device). A resumed run must use the same count to be bit-identical.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -20,6 +23,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   # Before anything touches a device: the backend is created once, and one created before joining
   # the multi-process job would only ever see this process's devices.
+  distributed.split_cpu_into_devices(flags.FLAGS.config, flags.FLAGS.cpu_devices)
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)

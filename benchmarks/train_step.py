@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import config_lib, experiment, objectives, optim, train, tree  # noqa: E402
+from spt_jax import (config_lib, distributed, experiment, objectives, optim, train,  # noqa: E402
+                     tree)
 from spt_jax.data import listops, pipeline  # noqa: E402
 from spt_jax.data.tasks import TaskData  # noqa: E402
 from spt_jax.data.vocab import BYTE_VOCAB  # noqa: E402
@@ -281,7 +282,10 @@ class JaxStep:
         d_ff=shape.d_ff, pooling="mean", attention=attention, attention_block_size=block_size)
     model = train.build_model(model_cfg, self.task, objective)
     self.mlm_outputs = getattr(model, "mlm_outputs", 0)
-    mesh = experiment.make_mesh()
+    # As main.py: data-parallel over as many (per-core CPU) devices as the batch divides into.
+    mesh = experiment.make_mesh(jax.devices()[:distributed.cpu_device_count([batch],
+                                                                             jax.device_count())])
+    self.devices = mesh.size
     replicated = NamedSharding(mesh, P())
     self.batch_sharding = NamedSharding(mesh, P("data"))
     dummy = jnp.zeros((1,) + arrays["inputs"].shape[1:], jnp.int32)
@@ -422,7 +426,8 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
   row = {"shape": shape.name, "kind": kind, "length": shape.length, "batch": batch,
          "full_batch": shape.batch, "tokens_per_step": tokens, "note": shape.note}
   jx = JaxStep(shape, kind, batch, arrays)
-  row.update(params=jx.num_params, jax_compile_s=jx.compile_s, xla_flops=jx.xla_flops,
+  row.update(params=jx.num_params, jax_devices=jx.devices, jax_compile_s=jx.compile_s,
+             xla_flops=jx.xla_flops,
              jax_temp_gb=None if jx.temp_bytes is None else jx.temp_bytes / 2**30,
              analytic_flops=analytic_flops(shape, kind, batch))
   log(f"  [{shape.name}/{kind}] JAX compiled in {jx.compile_s:.1f}s, {jx.num_params:,} params, "
@@ -561,12 +566,13 @@ def markdown(report: dict) -> str:
       f"Steps: median of {report['settings']['steps']} timed rounds after "
       f"{report['settings']['warmup']} warm-up round(s); one JAX, eager and compiled step per round.",
       "", "## Throughput", "",
-      "| shape | step | L | batch (task) | params | JAX tok/s | eager tok/s | compiled tok/s "
-      "| eager÷JAX | compiled÷JAX | JAX compile s | torch.compile s |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+      "| shape | step | L | batch (task) | JAX devices | params | JAX tok/s | eager tok/s "
+      "| compiled tok/s | eager÷JAX | compiled÷JAX | JAX compile s | torch.compile s |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in report["results"]:
     lines.append(
         f"| {r['shape']} | {r['kind']} | {r['length']} | {r['batch']} ({r['full_batch']}) | "
+        f"{r.get('jax_devices', 1)} | "
         f"{r['params']:,} | {_fmt(r.get('jax_tok_s'))} | {_fmt(r.get('torch_eager_tok_s'))} | "
         f"{_fmt(r.get('torch_compiled_tok_s'))} | {_fmt(r.get('torch_eager_speedup'), '.2f')} | "
         f"{_fmt(r.get('torch_compiled_speedup'), '.2f')} | {r['jax_compile_s']:.1f} | "
@@ -634,7 +640,15 @@ def main(argv=None) -> dict:
   parser.add_argument("--render", metavar="JSON",
                       help="print the tables of an earlier run's train_step.json and exit")
   parser.add_argument("--verbose", action="store_true")
+  parser.add_argument("--cpu-devices", type=int, default=-1,
+                      help="CPU devices the JAX step is data-parallel over, as main.py's "
+                           "--cpu_devices (-1: one per core; each shape uses as many as its batch "
+                           "divides into)")
   args = parser.parse_args(argv)
+  if (args.cpu_devices != 1 and "xla_force_host_platform_device_count" not in
+      os.environ.get("XLA_FLAGS", "")):
+    jax.config.update("jax_num_cpu_devices",
+                      distributed.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
   if args.render:
     with open(args.render) as f:
       report = json.load(f)

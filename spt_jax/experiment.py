@@ -27,11 +27,13 @@ def quiet_orbax_logging() -> None:
   std_logging.getLogger("absl").addFilter(_not_orbax_info)
 
 
-def make_mesh() -> jax.sharding.Mesh:
+def make_mesh(devices=None) -> jax.sharding.Mesh:
+  """A 1-D `data` mesh over `devices` (default: all of them)."""
+  devices = jax.devices() if devices is None else list(devices)
   # Auto axes: the compiler propagates shardings from the batch (pure data parallelism); JAX 0.10's
   # make_mesh default (Explicit) would demand an out_sharding on every gather.
-  return jax.make_mesh((jax.device_count(),), ("data",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+  return jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
+                       devices=devices)
 
 
 # Settings that may change between a run and its resumption without changing what is computed.

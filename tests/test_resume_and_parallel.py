@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from conftest import ROOT, load_config, tiny, tiny_flags
-from spt_jax import checkpoints, experiment, tree
+from spt_jax import checkpoints, distributed, experiment, tree
 
 PHASES = ("pretrain", "finetune")
 
@@ -36,6 +36,7 @@ def test_killed_run_resumes_to_identical_parameters(tmp_path, cache_dir):
   workdir = str(tmp_path / "killed")
   proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"),
                            "--config=configs/listops_spt.py", f"--workdir={workdir}",
+                           "--cpu_devices=1",  # As the in-process runs: bitwise comparable.
                            *tiny_flags(cache_dir, steps)], cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   first_ckpt = os.path.join(workdir, "pretrain", "checkpoints", "latest", "3")
@@ -76,3 +77,21 @@ def test_eight_devices_match_one_device(tmp_path, spt_run):
     a, b = final_params(reference, phase), final_params(workdir, phase)
     for path in a:
       np.testing.assert_allclose(a[path], b[path], rtol=1e-4, atol=1e-5, err_msg=f"{phase}/{path}")
+
+
+def test_main_splits_the_cpu_into_one_device_per_core_as_batches_allow():
+  code = ("import jax; from spt_jax import distributed; from conftest import load_config; "
+          "c = load_config('listops_spt', 'smoke'); c.finetune.batch_size = 6; "
+          "n = distributed.split_cpu_into_devices(c, {requested}); "
+          "print(n, jax.device_count())")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("SPT_JAX") and k != "XLA_FLAGS"}
+  for requested, cores in ((-1, distributed.usable_cores()), (4, 4), (1, 1)):
+    out = subprocess.run([sys.executable, "-c", code.format(requested=requested)], cwd=ROOT,
+                         env=dict(env, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.join(ROOT, "tests")),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = distributed.cpu_device_count([8, 6], cores)  # smoke pretrain 8, finetune 6
+    assert out.stdout.split() == [str(expected), str(expected)], (requested, out.stdout)
+  assert distributed.cpu_device_count([32, 8], 16) == 8
+  assert distributed.cpu_device_count([3], 2) == 1
+  assert distributed.split_cpu_into_devices(None, -1, {"SPT_JAX_INIT": "1"}) == 1
