@@ -12,9 +12,11 @@ from spt_jax import distributed, experiment
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.json go.")
-flags.DEFINE_integer("cpu_devices", -1, "On the CPU backend, split the host into this many devices "
-                     "for the data-parallel step (-1: one per core, as far as the batch sizes divide; "
-                     "1: one device). A resumed run must use the same count to be bit-identical.")
+flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, split the host into this many devices "
+                     "for the data-parallel step (-1: one per core, as far as the batch sizes divide). "
+                     "Experimental: 1.4-1.6x faster on 2 cores, but one run in ~10 hung in an "
+                     "all-reduce (README, Performance). A resumed run must use the same count to be "
+                     "bit-identical.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 

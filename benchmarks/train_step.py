@@ -640,7 +640,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--render", metavar="JSON",
                       help="print the tables of an earlier run's train_step.json and exit")
   parser.add_argument("--verbose", action="store_true")
-  parser.add_argument("--cpu-devices", type=int, default=-1,
+  parser.add_argument("--cpu-devices", type=int, default=1,
                       help="CPU devices the JAX step is data-parallel over, as main.py's "
                            "--cpu_devices (-1: one per core; each shape uses as many as its batch "
                            "divides into)")

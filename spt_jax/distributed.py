@@ -97,7 +97,7 @@ def cpu_device_count(batch_sizes, cores: int) -> int:
   return max(d for d in range(1, max(1, cores) + 1) if all(b % d == 0 for b in batch_sizes))
 
 
-def split_cpu_into_devices(config, requested: int = -1,
+def split_cpu_into_devices(config, requested: int,
                            environ: Mapping[str, str] = os.environ) -> int:
   """Makes a single-process run see one CPU device per core (`requested` < 0) or `requested` ones,
   fewer if the phases' batches do not divide; returns the count (1: left alone).

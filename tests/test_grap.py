@@ -186,6 +186,9 @@ def test_configs_and_validation():
       composite.validate_phase(config.pretrain, "pretrain")
       assert config.finetune.init_from.exclude == ("pretrain_heads/.*",)
   assert load_config("synthetic_uniform", "cpu").pretrain.composite.weighting == "uniform"
+  listops = load_config("listops_grap", "smoke")
+  composite.validate_phase(listops.pretrain, "pretrain")
+  assert listops.pretrain.num_steps == 60 and listops.data.max_length == 128
   config = load_config("synthetic_grap", "smoke")
   for key, value, message in [("losses", ("mlm", "bogus"), "composite.losses"),
                               ("weighting", "nope", "composite.weighting"),

@@ -5,7 +5,7 @@ r"""Composite SPT on the synthetic task: GraP weights vs uniform weights (and pl
 
 Runs: `grap` (configs/synthetic_grap.py), `uniform` (configs/synthetic_uniform.py), both composite
 (mlm, span, contrastive, random) pretraining then the same fine-tuning; `spt` is plain masked-token
-SPT (configs/synthetic_spt.py) for reference. `cpu` uses each config's cpu variant (2 pretraining
+SPT (configs/synthetic_spt.py) for reference. `cpu` uses each config's cpu variant (5 pretraining
 epochs, 1500 fine-tuning steps). Metric: fine-tune test accuracy of the best validation checkpoint.
 """
 from spt_jax.config_lib import sweep_config

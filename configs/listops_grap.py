@@ -1,0 +1,32 @@
+r"""ListOps, composite self-pretraining weighted by GraP (mlm, span and a useless random-target loss),
+then fine-tuning: the GraP ablation on an LRA task whose label a pooled linear probe can partly read.
+
+  python main.py --config=configs/listops_grap.py --workdir=runs/listops_grap
+  python main.py --config=configs/listops_grap.py:smoke --workdir=/tmp/listops_grap_smoke
+  python main.py --config=configs/listops_grap.py:smoke --workdir=/tmp/lg --config.phases=pretrain \
+    --config.pretrain.num_steps=1000 --config.pretrain.grap.ema=0.99 \
+    --config.pretrain.grap.warmup_updates=100          # the run in docs/grap.md
+
+Model, data, masking rate (10%) and fine-tuning are configs/listops_spt.py's (Amos et al.'s ListOps
+settings); the pretraining phase is objective 'composite' (spt_jax/train_composite.py) with GraP's
+downstream probe trained on the training labels. The fine-tune loads the encoder and leaves every
+`pretrain_heads/` parameter behind.
+"""
+from spt_jax import composite, config_lib
+
+
+def get_config(arg=None):
+  config = config_lib.ml_collections.ConfigDict()
+  config.seed = 0
+  config.phases = "pretrain,finetune"
+  config.data = config_lib.listops_data()
+  config.model = config_lib.transformer_config()
+  config.pretrain = composite.phase_config(
+      mask_rate=0.1, learning_rate=1e-3, num_epochs=100.0, warmup_steps=1000,
+      eval_every_steps=3000, checkpoint_every_steps=1000)
+  config.pretrain.composite.update(losses=("mlm", "span", "random"), weighting="grap")
+  config.finetune = config_lib.listops_finetune()
+  config.finetune.init_from.update(source="pretrain", checkpoint="best", include=(".*",),
+                                   exclude=("pretrain_heads/.*",))
+  config_lib.apply_variant(config, arg, __file__)
+  return config
