@@ -14,8 +14,8 @@ config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.json go.")
 flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, split the host into this many devices "
                      "for the data-parallel step (-1: one per core, as far as the batch sizes divide). "
-                     "Experimental: 1.4-1.6x faster on 2 cores, but one run in ~10 hung in an "
-                     "all-reduce (README, Performance). A resumed run must use the same count to be "
+                     "Experimental: 1.4-1.6x faster on 2 cores, but one run in ~25 hung in an "
+                     "all-reduce (README, Set up). A resumed run must use the same count to be "
                      "bit-identical.")
 flags.mark_flags_as_required(["config", "workdir"])
 
