@@ -10,6 +10,8 @@ number of processes and this process's id by itself; `launch/local.sh` passes th
 Each one that is set overrides auto-detection. Every process runs the same program on its own slice
 of each batch (spt_jax/data/pipeline.py); process 0 alone writes metrics and JSON files, and the
 other processes log warnings and errors only.
+
+`split_cpu_into_devices` (main.py --cpu_devices) instead splits one CPU host into per-core devices.
 """
 from __future__ import annotations
 
@@ -106,12 +108,14 @@ def split_cpu_into_devices(config, requested: int,
   data-parallel step over per-core devices is the faster way to use the cores (benchmarks/README.md:
   1.4-1.6x on 2 cores). Only the CPU backend's device count changes: on a GPU or TPU host the
   accelerators stay the default devices. Multi-process launches keep one device per process. Must
-  run before anything touches a device."""
+  run before anything touches a device. Opt-in (main.py --cpu_devices): one run in ~25 hung in the
+  cross-device all-reduce, cause unknown (README, Set up)."""
   if (initialize_kwargs(environ) is not None or requested in (0, 1)
       or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
     return 1  # Multi-process, asked not to, or the device count is already set by hand.
-  batches = [config[name][key] for name in config.phases.split(",") if name.strip()
-             for key in ("batch_size", "eval_batch_size") if config[name.strip()][key] > 0]
+  names = [n.strip() for n in config.phases.split(",") if n.strip()]
+  batches = [config[n][key] for n in names for key in ("batch_size", "eval_batch_size")
+             if config[n][key] > 0]
   count = cpu_device_count(batches, usable_cores() if requested < 0 else requested)
   if count > 1:
     jax.config.update("jax_num_cpu_devices", count)
