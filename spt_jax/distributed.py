@@ -109,7 +109,7 @@ def split_cpu_into_devices(config, requested: int,
   1.4-1.6x on 2 cores). Only the CPU backend's device count changes: on a GPU or TPU host the
   accelerators stay the default devices. Multi-process launches keep one device per process. Must
   run before anything touches a device. Opt-in (main.py --cpu_devices): one run in ~25 hung in the
-  cross-device all-reduce, cause unknown (README, Set up)."""
+  cross-device all-reduce, before dispatch was made synchronous here (README, Set up)."""
   if (initialize_kwargs(environ) is not None or requested in (0, 1)
       or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
     return 1  # Multi-process, asked not to, or the device count is already set by hand.
@@ -119,4 +119,8 @@ def split_cpu_into_devices(config, requested: int,
   count = cpu_device_count(batches, usable_cores() if requested < 0 else requested)
   if count > 1:
     jax.config.update("jax_num_cpu_devices", count)
+    # One program in flight at a time: the suspected cause of the hang is two multi-device programs
+    # (a step and an evaluation, say) each holding one pool thread while waiting for the other's
+    # all-reduce. Synchronous dispatch measured no slower (the loop syncs on metrics anyway).
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
   return count
