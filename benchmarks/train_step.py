@@ -645,10 +645,8 @@ def main(argv=None) -> dict:
                            "--cpu_devices (-1: one per core; each shape uses as many as its batch "
                            "divides into)")
   args = parser.parse_args(argv)
-  if (args.cpu_devices != 1 and "xla_force_host_platform_device_count" not in
-      os.environ.get("XLA_FLAGS", "")):
-    jax.config.update("jax_num_cpu_devices",
-                      distributed.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
+  distributed.use_cpu_devices(
+      distributed.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
   if args.render:
     with open(args.render) as f:
       report = json.load(f)

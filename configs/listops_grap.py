@@ -12,21 +12,18 @@ settings); the pretraining phase is objective 'composite' (spt_jax/train_composi
 downstream probe trained on the training labels. The fine-tune loads the encoder and leaves every
 `pretrain_heads/` parameter behind.
 """
-from spt_jax import composite, config_lib
+from spt_jax import composite, config_lib, sweep
+
+# The pretraining settings carried over from listops_spt.py into the composite phase.
+_CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "eval_every_steps",
+            "checkpoint_every_steps")
 
 
 def get_config(arg=None):
-  config = config_lib.ml_collections.ConfigDict()
-  config.seed = 0
-  config.phases = "pretrain,finetune"
-  config.data = config_lib.listops_data()
-  config.model = config_lib.transformer_config()
-  config.pretrain = composite.phase_config(
-      mask_rate=0.1, learning_rate=1e-3, num_epochs=100.0, warmup_steps=1000,
-      eval_every_steps=3000, checkpoint_every_steps=1000)
+  # configs/listops_spt.py is the single source of truth; only the pretraining objective differs.
+  config = sweep.load_config("configs/listops_spt.py")
+  config.pretrain = composite.phase_config(**{k: config.pretrain[k] for k in _CARRIED})
   config.pretrain.composite.update(losses=("mlm", "span", "random"), weighting="grap")
-  config.finetune = config_lib.listops_finetune()
-  config.finetune.init_from.update(source="pretrain", checkpoint="best", include=(".*",),
-                                   exclude=("pretrain_heads/.*",))
+  config.finetune.init_from.exclude = ("pretrain_heads/.*",)
   config_lib.apply_variant(config, arg, __file__)
   return config

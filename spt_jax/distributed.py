@@ -110,17 +110,23 @@ def split_cpu_into_devices(config, requested: int,
   accelerators stay the default devices. Multi-process launches keep one device per process. Must
   run before anything touches a device. Opt-in (main.py --cpu_devices): one run in ~25 hung in the
   cross-device all-reduce, before dispatch was made synchronous here (README, Set up)."""
-  if (initialize_kwargs(environ) is not None or requested in (0, 1)
-      or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
-    return 1  # Multi-process, asked not to, or the device count is already set by hand.
+  if initialize_kwargs(environ) is not None or requested in (0, 1):
+    return 1  # Multi-process, or asked not to.
   names = [n.strip() for n in config.phases.split(",") if n.strip()]
   batches = [config[n][key] for n in names for key in ("batch_size", "eval_batch_size")
              if config[n][key] > 0]
   count = cpu_device_count(batches, usable_cores() if requested < 0 else requested)
-  if count > 1:
-    jax.config.update("jax_num_cpu_devices", count)
-    # One program in flight at a time: the suspected cause of the hang is two multi-device programs
-    # (a step and an evaluation, say) each holding one pool thread while waiting for the other's
-    # all-reduce. Synchronous dispatch measured no slower (the loop syncs on metrics anyway).
-    jax.config.update("jax_cpu_enable_async_dispatch", False)
-  return count
+  return count if use_cpu_devices(count, environ) else 1
+
+
+def use_cpu_devices(count: int, environ: Mapping[str, str] = os.environ) -> bool:
+  """Gives the CPU backend `count` devices, dispatched synchronously; False (nothing changed) for
+  count <= 1 or when XLA_FLAGS already fixes the count by hand. Before anything touches a device."""
+  if count <= 1 or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", ""):
+    return False
+  jax.config.update("jax_num_cpu_devices", count)
+  # One program in flight at a time: the suspected cause of the hang is two multi-device programs
+  # (a step and an evaluation, say) each holding one pool thread while waiting for the other's
+  # all-reduce. Synchronous dispatch measured no slower (the loop syncs on metrics anyway).
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
+  return True

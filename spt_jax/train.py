@@ -145,15 +145,15 @@ class PhaseSetup:
     return int(self.state.step)
 
 
-def setup_phase(config, name: str, params, workdir: str, mesh, steps: int, *,
+def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: int, *,
                 init_opt_state=lambda tx, params: tx.init(params)) -> PhaseSetup:
-  """Fresh `params` → handed-off and rescaled (init_from), optimiser with freezing, checkpoints
-  opened; or, when the phase has a latest checkpoint, the resumed state. Writes config.json,
-  parameters.md, init_from.json and the init checkpoint."""
+  """Fresh `params` (drawn from `init_rng`) → handed-off and rescaled (init_from), optimiser with
+  freezing, checkpoints opened; or, when the phase has a latest checkpoint, the resumed state.
+  Writes config.json, parameters.md, init_from.json and the init checkpoint."""
   cfg = config[name]
   phase_dir = os.path.join(workdir, name)
   replicated = NamedSharding(mesh, P())
-  scale_rng = jax.random.fold_in(jax.random.split(phase_rng(config.seed, name), 3)[0], 1)
+  scale_rng = jax.random.fold_in(init_rng, 1)
   ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
   resuming = ckpts.latest_step() is not None
   init_report = {}
@@ -355,7 +355,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   # ---------------------------------------------------------------- Parameters and optimiser
   dummy = jnp.zeros((1,) + train_arrays["inputs"].shape[1:], jnp.int32)
   params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
-  setup = setup_phase(config, name, params, workdir, mesh, steps)
+  setup = setup_phase(config, name, params, init_rng, workdir, mesh, steps)
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(model, objective, setup.tx, setup.trainable, mesh)

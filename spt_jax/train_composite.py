@@ -213,7 +213,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   # ---------------------------------------------------------------- Parameters and optimiser
   # The weighting's own state rides in the optimiser state, so it is checkpointed and resumed too.
   setup = train.setup_phase(
-      config, name, init_params(config, task, comp, init_rng, replicated), workdir, mesh, steps,
+      config, name, init_params(config, task, comp, init_rng, replicated), init_rng, workdir, mesh,
+      steps,
       init_opt_state=lambda tx, p: {"model": tx.init(p), "weighting": weighting.init()})
   logging.info("[%s] composite %s weighted %s", name, comp.losses, weighting.method)
   if cfg.attention_metrics_every_steps > 0:
