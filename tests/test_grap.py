@@ -308,3 +308,56 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
     out = [json.loads(l) for l in open(os.path.join(d, "pretrain", "metrics.jsonl"))]
     return [{k: v for k, v in r.items() if k != "steps_per_sec"} for r in out]
   assert rows(workdir) == rows(tmp_path / "reference")
+
+
+def test_alignment_analysis_of_a_grap_checkpoint(tmp_path, composite_routing):
+  """spt_jax.analysis.grap_alignment: the encoder-space cosine is the one of the gradients taken
+  straight through the encoder, every cosine is finite and in [-1, 1], and a non-GraP phase is
+  refused with the key named."""
+  from spt_jax.analysis import grap_alignment
+  from spt_jax.composite import HEADS, PROBE
+  from spt_jax.data import pipeline, tasks
+  config = load_config("synthetic_grap", "smoke")
+  config.phases = "pretrain"
+  config.data.synthetic.update(length=16, num_train=64, num_val=16, num_test=16)
+  config.data.max_length = 16
+  config.model.update(d_model=16, num_heads=2, d_ff=32)
+  config.pretrain.update(num_steps=10, batch_size=16, eval_every_steps=10,
+                         checkpoint_every_steps=10, log_every_steps=5)
+  experiment.run(config, str(tmp_path))
+  result = grap_alignment.analyse(str(tmp_path / "pretrain"), "latest", num_batches=3)
+  losses = ["mlm", "span", "contrastive", "random"]
+  assert result["losses"] == losses and set(result["spaces"]) == {"z", "encoder", "attention_qk"}
+  for per_loss in result["spaces"].values():
+    for name in losses:
+      values = np.asarray(per_loss[name]["per_batch"])
+      assert values.shape == (3,) and np.all(np.abs(values) <= 1 + 1e-6), (name, values)
+      assert np.isfinite(per_loss[name]["se"])
+  assert 0 <= result["probe_accuracy"] <= 1 and result["labelled_examples"] == 48
+  assert "| z |" in grap_alignment.table(result)
+
+  # One batch by hand: grad of (loss ∘ encoder) w.r.t. the encoder, for mlm and for the probe.
+  task = tasks.load(config.data)
+  comp = composite.build(config, "pretrain", task)
+  splits = train_composite.prepare_splits(task, composite.weighting_from_config(config.pretrain),
+                                          1.0)
+  batch = next(pipeline.train_batches(splits["train"], 16, seed=3, start_step=0))
+  params = checkpoints.restore_item(str(tmp_path / "pretrain/checkpoints/latest/10/params"))
+  rng = jax.random.PRNGKey(7)
+  cosines, _ = grap_alignment.make_batch_statistics(comp)(params, batch, rng)
+  b = dict(batch, inputs=jnp.asarray(batch["inputs"], jnp.int32))
+  views = comp.views(rng, b)
+
+  def through_encoder(name):
+    def fn(encoder):
+      z = comp.encode(encoder, views["view1"], train=False, rng=rng)[0]
+      z2 = comp.encode(encoder, views["view2"], train=False, rng=rng)[0]
+      return comp.loss(name, z, params[HEADS], views, b, z2=jax.lax.stop_gradient(z2))[0]
+    return np.concatenate([np.ravel(v) for _, v in sorted(tree.flatten(
+        jax.grad(fn)(params["encoder"])).items())])
+  direct = _cos(through_encoder("mlm"), through_encoder(PROBE))
+  np.testing.assert_allclose(float(cosines["encoder"][0]), direct, rtol=1e-4, atol=1e-6)
+
+  config.pretrain.composite.weighting = "uniform"
+  with pytest.raises(ValueError, match="composite.weighting='uniform'"):
+    grap_alignment.measure(config, "pretrain", params, num_batches=1)
