@@ -145,13 +145,18 @@ def analyse(run: str, checkpoint: str, num_batches: int, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- CLI
-flags.DEFINE_string("run", None, "A composite GraP phase directory, e.g. runs/x/pretrain.")
-flags.DEFINE_string("checkpoint", "latest", "best, latest, init or a step number.")
-flags.DEFINE_integer("num_batches", 16, "Labelled training batches to average over.")
-flags.DEFINE_integer("seed", 0, "Seed of the batch order and the masks.")
-flags.DEFINE_string("out", None, "Optional JSON file for every per-batch cosine.")
-flags.mark_flags_as_required(["run"])
 FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command line's flags; defined only when run as a program, so that importing this module
+  next to spt_jax.analysis.__main__ (which also has --run) does not clash."""
+  flags.DEFINE_string("run", None, "A composite GraP phase directory, e.g. runs/x/pretrain.")
+  flags.DEFINE_string("checkpoint", "latest", "best, latest, init or a step number.")
+  flags.DEFINE_integer("num_batches", 16, "Labelled training batches to average over.")
+  flags.DEFINE_integer("seed", 0, "Seed of the batch order and the masks.")
+  flags.DEFINE_string("out", None, "Optional JSON file for every per-batch cosine.")
+  flags.mark_flags_as_required(["run"])
 
 
 def main(argv):
@@ -170,4 +175,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
