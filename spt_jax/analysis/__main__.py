@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 
-import jax
-import ml_collections
 import numpy as np
 from absl import app, flags
 
 from spt_jax import checkpoints, objectives, train
-from spt_jax.analysis import attention, plots
+from spt_jax.analysis import attention, plots, read_phase_config
 from spt_jax.data import tasks
 from spt_jax.data.vocab import PAD_ID
 
@@ -33,12 +31,7 @@ FLAGS = flags.FLAGS
 
 
 def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int) -> dict:
-  config_path = os.path.join(run, "config.json")
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f"{config_path} not found: --run must be a phase directory of a run.")
-  with open(config_path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  phase = os.path.basename(os.path.normpath(run))
+  config, phase = read_phase_config(run)
   task = tasks.load(config.data)
   objective = objectives.make(config[phase], task.vocab, task.input_kind)
   model = train.build_model(config.model, task, objective)

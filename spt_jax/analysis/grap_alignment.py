@@ -28,11 +28,11 @@ import re
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import app, flags
 
 from spt_jax import checkpoints, composite, train_composite, tree
+from spt_jax.analysis import read_phase_config
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline, tasks
 
@@ -59,12 +59,12 @@ def make_batch_statistics(comp: composite.Composite):
         lambda p: comp.encode(p, views["view1"], train=False, rng=rng)[0], params["encoder"])
     z2 = (comp.encode(params["encoder"], views["view2"], train=False, rng=rng)[0]
           if "contrastive" in comp.losses else None)
-    z_grads, probe_metrics = [], None
+    z_grads = []
     for name in names:
       fn = lambda z_: comp.loss(name, z_, params[HEADS], views, batch, z2=z2)
       (_, metrics), g = jax.value_and_grad(fn, has_aux=True)(z)
       z_grads.append(g)
-      probe_metrics = metrics
+    probe_metrics = metrics  # of the last name, the probe
     encoder_grads = [encoder_vjp(g)[0] for g in z_grads]
     vectors = {"z": [jnp.ravel(g) for g in z_grads]}
     for space, pattern in SPACES.items():
@@ -128,12 +128,7 @@ def table(result: dict) -> str:
 
 
 def analyse(run: str, checkpoint: str, num_batches: int, seed: int = 0) -> dict:
-  config_path = os.path.join(run, "config.json")
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f"{config_path} not found: --run must be a phase directory of a run.")
-  with open(config_path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  phase = os.path.basename(os.path.normpath(run))
+  config, phase = read_phase_config(run)
   if config[phase].objective != "composite":
     raise ValueError(f"{run} is a phase with objective {config[phase].objective!r}; the alignment "
                      f"needs a composite GraP phase.")
