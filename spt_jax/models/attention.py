@@ -51,15 +51,29 @@ def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
 # ------------------------------------------------------------------------------------------ blockwise
 
 
-def _to_blocks(x, n: int):
-  """[B, n*c, ...] → [n, B, c, ...]: the block axis leading, for `lax.scan`."""
-  return jnp.moveaxis(x.reshape(x.shape[0], n, x.shape[1] // n, *x.shape[2:]), 1, 0)
+def _blocks(x, n: int, *, transposed: bool = False):
+  """[B, n·c, H, D] → [n, B, H, c, D], or [n, B, H, D, c] when `transposed`, in one copy.
+
+  Head-major tiles, each operand made once in the layout its block products consume, so that every
+  product inside the loops is a plain [M, K]·[K, N] matmul per (batch, head): XLA:CPU hands exactly
+  those to YNNPACK, and any other layout costs a transposed copy of a tile per block pair (measured:
+  that was a quarter of the backward pass at L=512).
+  """
+  batch, padded, heads, dim = x.shape
+  x = x.reshape(batch, n, padded // n, heads, dim)
+  return x.transpose((1, 0, 3, 4, 2) if transposed else (1, 0, 3, 2, 4))
 
 
-def _from_blocks(x):
-  """[n, B, c, ...] → [B, n*c, ...]."""
-  x = jnp.moveaxis(x, 0, 1)
-  return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+def _unblocks(x, *, transposed: bool = False):
+  """The inverse of `_blocks`: back to [B, n·c, H, D]."""
+  x = x.transpose((1, 0, 4, 2, 3) if transposed else (1, 0, 3, 2, 4))  # [B, n, c, H, D]
+  batch, n, block, heads, dim = x.shape
+  return x.reshape(batch, n * block, heads, dim)
+
+
+def _mask_blocks(key_mask, n: int):
+  """[B, n·c] → [n, B, c]."""
+  return jnp.moveaxis(key_mask.reshape(key_mask.shape[0], n, -1), 1, 0)
 
 
 def _fill_values(padded: int, length: int, block: int):
@@ -73,9 +87,10 @@ def _fill_values(padded: int, length: int, block: int):
   return jnp.asarray(np.where(exists, _MASKED, -np.inf), jnp.float32)
 
 
-def _block_scores(q, k, key_mask, fill):
-  """float32 scores [B, H, cq, ck] of one query chunk against one key block, masked keys at `fill`."""
-  s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+def _block_scores(q, k_t, key_mask, fill):
+  """float32 scores [B, H, cq, ck] of a query tile [B, H, cq, D] against a transposed key tile
+  [B, H, D, ck], masked keys at `fill`."""
+  s = jnp.einsum("bhqd,bhdk->bhqk", q, k_t, preferred_element_type=jnp.float32)
   return jnp.where(key_mask[:, None, None, :], s, fill[None, None, None, :])
 
 
@@ -88,32 +103,31 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int):
   """
   batch, padded, heads, dim = q.shape
   n = padded // block
-  kb, vb, mb = _to_blocks(k, n), _to_blocks(v, n), _to_blocks(key_mask, n)
-  fills = _fill_values(padded, length, block)
+  key_side = (_blocks(k, n, transposed=True), _blocks(v, n), _mask_blocks(key_mask, n),
+              _fill_values(padded, length, block))
 
   def query_chunk(_, qi):
     def key_block(carry, xs):
       m, l, acc = carry
-      kj, vj, mj, fj = xs
-      s = _block_scores(qi, kj, mj, fj)
+      kj_t, vj, mj, fj = xs
+      s = _block_scores(qi, kj_t, mj, fj)
       m_new = jnp.maximum(m, s.max(-1))
       # m starts at -inf but m_new is finite from the first block on (each block holds at least one
       # existing key), so neither exp below ever sees inf - inf.
       correction = jnp.exp(m - m_new)
       p = jnp.exp(s - m_new[..., None])
       l = l * correction + p.sum(-1)
-      pv = jnp.einsum("bhqk,bkhd->bhqd", p.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
+      pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
       return (m_new, l, acc * correction[..., None] + pv), None
 
     init = (jnp.full((batch, heads, block), -jnp.inf, jnp.float32),
             jnp.zeros((batch, heads, block), jnp.float32),
             jnp.zeros((batch, heads, block, dim), jnp.float32))
-    (m, l, acc), _ = jax.lax.scan(key_block, init, (kb, vb, mb, fills))
-    out = (acc / l[..., None]).transpose(0, 2, 1, 3).astype(q.dtype)
-    return None, (out, (m, jnp.log(l)))
+    (m, l, acc), _ = jax.lax.scan(key_block, init, key_side)
+    return None, ((acc / l[..., None]).astype(q.dtype), (m, jnp.log(l)))
 
-  _, (out, stats) = jax.lax.scan(query_chunk, None, _to_blocks(q, n))
-  return _from_blocks(out), stats
+  _, (out, stats) = jax.lax.scan(query_chunk, None, _blocks(q, n))
+  return _unblocks(out), stats
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -128,42 +142,48 @@ def _flash_fwd(q, k, v, key_mask, length, block):
 
 
 def _flash_bwd(length, block, residuals, d_out):
-  """FlashAttention-2's backward: one pass over key blocks, each over all query chunks."""
+  """FlashAttention-2's backward: one pass over key blocks, each over all query chunks.
+
+  dK and dV are accumulated transposed ([B, H, D, c]): dKᵀ = Qᵀ·dS and dVᵀ = dOᵀ·P then take the
+  score tiles as they come, where dK = dSᵀ·Q would need every dS tile transposed.
+  """
   q, k, v, key_mask, out, (row_max, log_sum) = residuals
-  padded = q.shape[1]
+  batch, padded, heads, dim = q.shape
   n = padded // block
   # Σ_k P·dP per query, the softmax Jacobian's correction term, from O and dO instead of P.
   delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
-  delta = jnp.moveaxis(delta.reshape(*delta.shape[:2], n, block), 2, 0)
-  fills = _fill_values(padded, length, block)
+  delta = jnp.moveaxis(delta.reshape(batch, heads, n, block), 2, 0)
   f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
+  # Made once, outside both loops: built inside the key loop they were re-copied every iteration.
+  query_side = (_blocks(q, n), _blocks(q, n, transposed=True), _blocks(d_out, n),
+                _blocks(d_out, n, transposed=True), row_max, log_sum, delta)
 
   def key_block(dq, xs):
-    kj, vj, mj, fj = xs
+    kj, kj_t, vj_t, mj, fj = xs
 
     def query_chunk(carry, ys):
-      dk, dv = carry
-      qi, doi, mi, logli, deltai = ys
-      p = jnp.exp(_block_scores(qi, kj, mj, fj) - mi[..., None] - logli[..., None])
-      dv = dv + f32("bhqk,bqhd->bkhd", p.astype(doi.dtype), doi)
-      dp = f32("bqhd,bkhd->bhqk", doi, vj)
+      dk_t, dv_t = carry
+      qi, qi_t, doi, doi_t, mi, logli, deltai = ys
+      p = jnp.exp(_block_scores(qi, kj_t, mj, fj) - mi[..., None] - logli[..., None])
+      dv_t = dv_t + f32("bhdq,bhqk->bhdk", doi_t, p.astype(doi_t.dtype))
+      dp = f32("bhqd,bhdk->bhqk", doi, vj_t)
       # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
       # whose keys are all padding at the zero gradient that dense gives them.
       ds = jnp.where(mj[:, None, None, :], p * (dp - deltai[..., None]), 0.0)
-      dk = dk + f32("bhqk,bqhd->bkhd", ds.astype(qi.dtype), qi)
-      return (dk, dv), f32("bhqk,bkhd->bqhd", ds.astype(kj.dtype), kj)
+      dk_t = dk_t + f32("bhdq,bhqk->bhdk", qi_t, ds.astype(qi_t.dtype))
+      return (dk_t, dv_t), f32("bhqk,bhkd->bhqd", ds.astype(kj.dtype), kj)
 
-    zeros = jnp.zeros(kj.shape, jnp.float32)
-    (dk, dv), dqs = jax.lax.scan(query_chunk, (zeros, zeros),
-                                 (_to_blocks(q, n), _to_blocks(d_out, n), row_max, log_sum,
-                                  delta))
-    return dq + dqs, (dk, dv)
+    zeros = jnp.zeros(kj_t.shape, jnp.float32)
+    (dk_t, dv_t), dqs = jax.lax.scan(query_chunk, (zeros, zeros), query_side)
+    return dq + dqs, (dk_t, dv_t)
 
-  dq0 = jnp.zeros((n, q.shape[0], block, *q.shape[2:]), jnp.float32)
-  dq, (dk, dv) = jax.lax.scan(key_block, dq0, (_to_blocks(k, n), _to_blocks(v, n),
-                                               _to_blocks(key_mask, n), fills))
-  return (_from_blocks(dq).astype(q.dtype), _from_blocks(dk).astype(k.dtype),
-          _from_blocks(dv).astype(v.dtype), None)
+  dq0 = jnp.zeros((n, batch, heads, block, dim), jnp.float32)
+  dq, (dk_t, dv_t) = jax.lax.scan(
+      key_block, dq0, (_blocks(k, n), _blocks(k, n, transposed=True),
+                       _blocks(v, n, transposed=True), _mask_blocks(key_mask, n),
+                       _fill_values(padded, length, block)))
+  return (_unblocks(dq).astype(q.dtype), _unblocks(dk_t, transposed=True).astype(k.dtype),
+          _unblocks(dv_t, transposed=True).astype(v.dtype), None)
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
