@@ -16,6 +16,7 @@ import numpy as np
 
 from spt_jax.data.vocab import CLS_ID, PAD_ID
 from spt_jax.models.attention import MultiHeadAttention
+from spt_jax.models.dense import Dense
 
 POSITIONS = ("sinusoidal", "learned", "none")
 POOLINGS = ("mean", "max", "last", "cls")
@@ -42,9 +43,9 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    h = nn.Dense(self.d_ff, dtype=self.dtype, name="dense_in")(x)
+    h = Dense(self.d_ff, dtype=self.dtype, name="dense_in")(x)
     h = ACTIVATIONS[self.activation](h)
-    return nn.Dense(x.shape[-1], dtype=self.dtype, name="dense_out")(h)
+    return Dense(x.shape[-1], dtype=self.dtype, name="dense_out")(h)
 
 
 class EncoderBlock(nn.Module):
@@ -182,7 +183,7 @@ class SequenceModel(nn.Module):
                 self.activation, self.dtype, self.attention, self.attention_block_size,
                 name="encoder")(inputs, mask, train=train)
     if self.head == "mlm":
-      logits = nn.Dense(self.mlm_outputs or self.vocab_size, name="mlm_head")(h)
+      logits = Dense(self.mlm_outputs or self.vocab_size, name="mlm_head")(h)
       if self.pooling == "cls":
         logits = logits[:, 1:]
       return logits.reshape(batch_shape + logits.shape[1:])

@@ -1,0 +1,58 @@
+"""spt_jax/models/dense.py: the same Dense layer, with a kernel gradient XLA:CPU runs in YNNPACK."""
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spt_jax.models import dense
+
+
+def _value_and_grads(layer, x):
+  params = layer.init(jax.random.PRNGKey(0), x)["params"]
+  cotangent = jax.random.normal(jax.random.PRNGKey(1), layer.apply({"params": params}, x).shape)
+  loss = lambda p, x: (layer.apply({"params": p}, x) * cotangent).sum()
+  return jax.value_and_grad(loss, argnums=(0, 1))(params, x)
+
+
+# (input shape, features): both branches of the backward (the narrower operand is transposed).
+@pytest.mark.parametrize("shape,features", [((2, 5, 3), 7), ((6, 8), 2), ((4, 9, 16), 16)])
+def test_values_and_gradients_match_nn_dense(shape, features):
+  x = jax.random.normal(jax.random.PRNGKey(2), shape)
+  expected = _value_and_grads(nn.Dense(features), x)
+  got = _value_and_grads(nn.Dense(features, dot_general=dense.kernel_grad_dot_general), x)
+  for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _token_contracting_dots(dot_general):
+  """Dots in the compiled kernel gradient that contract the leading (token) axis of their lhs."""
+  layer = nn.Dense(32, dot_general=dot_general)
+  x = jnp.ones((512, 128))
+  params = layer.init(jax.random.PRNGKey(0), x)["params"]
+  grad = jax.jit(jax.grad(lambda p: layer.apply({"params": p}, x).sum()))
+  hlo = grad.lower(params).compile().as_text()
+  return re.findall(r" dot\([^\n]*lhs_contracting_dims=\{0\}", hlo)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="an XLA:CPU code-generation guard")
+def test_kernel_gradient_is_not_a_transposed_operand_dot_on_cpu():
+  # XLA's transpose folding would merge our explicit transpose back into the dot; the barriers must
+  # stop it. The check itself must see the default layer's transposed-operand dot.
+  assert _token_contracting_dots(None), "the check no longer sees nn.Dense's own kernel-gradient dot"
+  assert not _token_contracting_dots(dense.kernel_grad_dot_general)
+
+
+def test_refuses_what_nn_dense_never_asks_for():
+  x, kernel = jnp.ones((4, 3)), jnp.ones((4, 5))
+  with pytest.raises(ValueError, match=r"x @ kernel only.*\(4, 3\) and \(4, 5\)"):
+    dense.kernel_grad_dot_general(x, kernel, (((0,), (0,)), ((), ())))
+
+
+def test_model_uses_it_on_cpu_only(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  assert dense.dense_dot_general() is dense.kernel_grad_dot_general
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert dense.dense_dot_general() is None
