@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import (config_lib, distributed, experiment, objectives, optim, train,  # noqa: E402
+from spt_jax import (config_lib, distributed, experiment, host_memory, objectives, optim, train,  # noqa: E402
                      tree)
 from spt_jax.data import listops, pipeline  # noqa: E402
 from spt_jax.data.tasks import TaskData  # noqa: E402
@@ -640,11 +640,12 @@ def main(argv=None) -> dict:
   parser.add_argument("--render", metavar="JSON",
                       help="print the tables of an earlier run's train_step.json and exit")
   parser.add_argument("--verbose", action="store_true")
-  parser.add_argument("--cpu-devices", type=int, default=1,
+  parser.add_argument("--cpu-devices", type=int, default=-1,
                       help="CPU devices the JAX step is data-parallel over, as main.py's "
-                           "--cpu_devices (-1: one per core; each shape uses as many as its batch "
-                           "divides into)")
+                           "--cpu_devices (default -1, as there: one per core; each shape uses as "
+                           "many as its batch divides into)")
   args = parser.parse_args(argv)
+  host_memory.retain_freed_memory()  # As main.py does, before JAX's backend starts its threads.
   distributed.use_cpu_devices(
       distributed.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
   if args.render:
@@ -689,8 +690,7 @@ def main(argv=None) -> dict:
   for name in names:
     shape = SHAPES[name]
     batch = args.batch or (shape.cpu_batch if on_cpu else shape.batch)
-    if batch % jax.device_count():
-      batch = jax.device_count() * max(1, batch // jax.device_count())
+    # A batch that does not divide over the devices runs on fewer of them (JaxStep), as in main.py.
     estimate = estimate_seconds(shape, batch, args.steps + args.warmup,
                                 max(peaks["used"], NOMINAL_PEAK_GFLOPS), impls)
     if not explicit and args.budget_s and estimate > args.budget_s:

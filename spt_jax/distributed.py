@@ -11,7 +11,8 @@ Each one that is set overrides auto-detection. Every process runs the same progr
 of each batch (spt_jax/data/pipeline.py); process 0 alone writes metrics and JSON files, and the
 other processes log warnings and errors only.
 
-`split_cpu_into_devices` (main.py --cpu_devices) instead splits one CPU host into per-core devices.
+`split_cpu_into_devices` (main.py --cpu_devices, by default -1) instead splits one CPU host into
+per-core devices.
 """
 from __future__ import annotations
 
@@ -106,10 +107,10 @@ def split_cpu_into_devices(config, requested: int,
 
   XLA:CPU runs one program on a shared thread pool that parallelises large ops only, so on CPU a
   data-parallel step over per-core devices is the faster way to use the cores (benchmarks/README.md:
-  1.4-1.6x on 2 cores). Only the CPU backend's device count changes: on a GPU or TPU host the
+  1.3-1.5x on 2 cores). Only the CPU backend's device count changes: on a GPU or TPU host the
   accelerators stay the default devices. Multi-process launches keep one device per process. Must
-  run before anything touches a device. Opt-in (main.py --cpu_devices): one run in ~25 hung in the
-  cross-device all-reduce before dispatch was made synchronous here, none of 46 since (README)."""
+  run before anything touches a device. main.py's default (--cpu_devices=-1): one run in ~25 hung in
+  the cross-device all-reduce before dispatch was made synchronous here, none of 58 since (README)."""
   if initialize_kwargs(environ) is not None or requested in (0, 1):
     return 1  # Multi-process, or asked not to.
   names = [n.strip() for n in config.phases.split(",") if n.strip()]

@@ -109,7 +109,9 @@ def _run_in_process(base: str, overrides: dict, seed: int, run_dir: str) -> None
 
 def _run_subprocess(base: str, overrides: dict, seed: int, run_dir: str) -> None:
   args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides.get('config', base)}",
-          f"--workdir={run_dir}", f"--config.seed={seed}"]
+          f"--workdir={run_dir}", f"--config.seed={seed}",
+          # Several runs share the cores already: per-core devices in each would oversubscribe them.
+          "--cpu_devices=1"]
   for key, value in overrides.items():
     if key != "config":
       text = value if isinstance(value, str) else repr(value)
@@ -218,7 +220,8 @@ def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
 
 def main(argv):
   del argv
-  from spt_jax import experiment
+  from spt_jax import experiment, host_memory
+  host_memory.retain_freed_memory()  # As main.py: in-process runs train here.
   experiment.quiet_orbax_logging()
   rows = run_sweep(flags.FLAGS.config, flags.FLAGS.workdir, flags.FLAGS.processes)
   print(open(os.path.join(flags.FLAGS.workdir, "table.md")).read())

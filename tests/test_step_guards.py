@@ -10,12 +10,15 @@ step after the first under `jax.transfer_guard("disallow")`.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import load_config, tiny
+from conftest import ROOT, load_config, tiny
 from spt_jax import config_lib, experiment, objectives, train
 from spt_jax.data.tasks import TaskData
 from spt_jax.data.vocab import BYTE_VOCAB
@@ -129,3 +132,42 @@ def test_loss_count_is_taken_before_the_forward_pass(objective_name, input_kind)
   assert names.index("optimization_barrier") < names.index("dot_general")
   barrier = jaxpr.eqns[names.index("optimization_barrier")]
   assert any(v.aval.shape == () for v in barrier.outvars)  # the count rides through it
+
+
+_PAGE_FAULT_PROBE = """
+import resource, statistics, sys
+from spt_jax import host_memory
+if sys.argv[1] == "retain" and not host_memory.retain_freed_memory():
+  print("no-glibc")
+  sys.exit()
+import jax, jax.numpy as jnp
+x, w = jnp.ones((8192, 64)), jnp.ones((64, 4096))
+step = jax.jit(lambda x, w: ((x @ w).sum(0), (x @ w).max(1)))  # a 128 MiB temporary
+assert step.lower(x, w).compile().memory_analysis().temp_size_in_bytes >= 2**27
+jax.block_until_ready(step(x, w))
+faults = []
+for _ in range(7):
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  jax.block_until_ready(step(x, w))
+  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(statistics.median(faults))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or jax.default_backend() != "cpu",
+                    reason="glibc's malloc, the CPU backend")
+def test_retained_host_memory_stops_page_faulting_the_step_temporaries():
+  """Without `host_memory.retain_freed_memory` (main.py applies it), glibc maps each call's
+  temporary block afresh and the call page-faults all of it back in; with it, the heap keeps it."""
+  def median_faults(mode):
+    done = subprocess.run([sys.executable, "-c", _PAGE_FAULT_PROBE, mode], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.split()[-1] == "no-glibc":
+      pytest.skip("retain_freed_memory needs glibc")
+    return float(done.stdout.split()[-1])
+
+  default = median_faults("default")
+  if default < 2**27 / 4096 / 2:
+    pytest.skip(f"this libc does not page-fault the temporaries by default ({default:.0f} faults)")
+  assert median_faults("retain") < default / 10
