@@ -24,7 +24,7 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import checkpoints, init_from, objectives, optim, param_groups, tree
+from spt_jax import checkpoints, host_memory, init_from, objectives, optim, param_groups, tree
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
@@ -101,6 +101,23 @@ def make_steps(model, objective, tx, trainable, mesh):
 def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
   """This process's rows → one global array per key (each process supplies its own shard)."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def first_call_checks_host_memory(step, mesh):
+  """Wraps the jitted `step` so that its first call, on the CPU backend with `host_memory`'s retained
+  heap in effect, reads the compiled step's temporaries (the compilation that call needs anyway)
+  and gives the heap back to glibc's defaults if keeping them could exhaust the host's memory."""
+  unchecked = [host_memory.retained() and jax.default_backend() == "cpu"]
+
+  def checked(*args):
+    if unchecked[0]:
+      unchecked[0] = False
+      memory = step.lower(*args).compile().memory_analysis()
+      temp = getattr(memory, "temp_size_in_bytes", 0) if memory is not None else 0
+      host_memory.release_if_too_costly(temp, devices=len(mesh.local_devices))
+    return step(*args)
+
+  return checked
 
 
 def evaluate_split(eval_step, objective, params, arrays, cfg, rng, sharding) -> dict[str, float]:
@@ -359,6 +376,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(model, objective, setup.tx, setup.trainable, mesh)
+  train_step = first_call_checks_host_memory(train_step, mesh)
   batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())

@@ -222,6 +222,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(comp, weighting, setup.tx, setup.trainable, mesh)
+  train_step = train.first_call_checks_host_memory(train_step, mesh)
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())

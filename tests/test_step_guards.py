@@ -137,14 +137,24 @@ def test_loss_count_is_taken_before_the_forward_pass(objective_name, input_kind)
 _PAGE_FAULT_PROBE = """
 import resource, statistics, sys
 from spt_jax import host_memory
-if sys.argv[1] == "retain" and not host_memory.retain_freed_memory():
+if sys.argv[1] in ("retain", "release") and not host_memory.retain_freed_memory():
   print("no-glibc")
   sys.exit()
+if sys.argv[1] == "release":
+  # The trainer's guard: ample memory keeps the retained heap, too little puts the defaults back.
+  assert not host_memory.release_if_too_costly(2**27, devices=2, available_bytes=2**40)
+  assert host_memory.release_if_too_costly(2**27, devices=2, available_bytes=2**30)
+  assert not host_memory.retained()
 import jax, jax.numpy as jnp
+# One call in flight, as with per-core devices (main.py's default): under asynchronous dispatch the
+# next call's block can be allocated before the last one is freed, and the heap takes a few calls
+# more to hold both.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
 x, w = jnp.ones((8192, 64)), jnp.ones((64, 4096))
 step = jax.jit(lambda x, w: ((x @ w).sum(0), (x @ w).max(1)))  # a 128 MiB temporary
 assert step.lower(x, w).compile().memory_analysis().temp_size_in_bytes >= 2**27
-jax.block_until_ready(step(x, w))
+for _ in range(2):
+  jax.block_until_ready(step(x, w))
 faults = []
 for _ in range(7):
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -158,7 +168,8 @@ print(statistics.median(faults))
                     reason="glibc's malloc, the CPU backend")
 def test_retained_host_memory_stops_page_faulting_the_step_temporaries():
   """Without `host_memory.retain_freed_memory` (main.py applies it), glibc maps each call's
-  temporary block afresh and the call page-faults all of it back in; with it, the heap keeps it."""
+  temporary block afresh and the call page-faults all of it back in; with it, the heap keeps it;
+  after `release_if_too_costly` gives up (too little memory for the blocks), the faults are back."""
   def median_faults(mode):
     done = subprocess.run([sys.executable, "-c", _PAGE_FAULT_PROBE, mode], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
@@ -171,3 +182,4 @@ def test_retained_host_memory_stops_page_faulting_the_step_temporaries():
   if default < 2**27 / 4096 / 2:
     pytest.skip(f"this libc does not page-fault the temporaries by default ({default:.0f} faults)")
   assert median_faults("retain") < default / 10
+  assert median_faults("release") > default / 2
