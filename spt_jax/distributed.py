@@ -110,7 +110,7 @@ def split_cpu_into_devices(config, requested: int,
   1.3-1.5x on 2 cores). Only the CPU backend's device count changes: on a GPU or TPU host the
   accelerators stay the default devices. Multi-process launches keep one device per process. Must
   run before anything touches a device. main.py's default (--cpu_devices=-1): one run in ~25 hung in
-  the cross-device all-reduce before dispatch was made synchronous here, none of 58 since (README)."""
+  the cross-device all-reduce before dispatch was made synchronous here, none of 66 since (README)."""
   if initialize_kwargs(environ) is not None or requested in (0, 1):
     return 1  # Multi-process, or asked not to.
   names = [n.strip() for n in config.phases.split(",") if n.strip()]
