@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import (config_lib, distributed, experiment, host_memory, objectives, optim, train,  # noqa: E402
-                     tree)
+from spt_jax import (config_lib, distributed, experiment, host_memory, objectives,  # noqa: E402
+                     optim, train, tree)
 from spt_jax.data import listops, pipeline  # noqa: E402
 from spt_jax.data.tasks import TaskData  # noqa: E402
 from spt_jax.data.vocab import BYTE_VOCAB  # noqa: E402
@@ -137,12 +137,8 @@ def available_memory_bytes() -> float:
       stats = jax.devices()[0].memory_stats() or {}
       if "bytes_limit" in stats:
         return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-  with contextlib.suppress(OSError, ValueError):
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable"):
-          return int(line.split()[1]) * 1024
-  return math.inf
+  host = host_memory.available_memory_bytes()
+  return math.inf if host is None else host
 
 
 class MatmulProbe:

@@ -24,28 +24,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from spt_jax import checkpoints, composite, train_composite, tree
+from spt_jax import checkpoints, composite, grap, train_composite, tree
 from spt_jax.analysis import read_phase_config
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline, tasks
 
-SPACES = {"z": None, "encoder": r".*", "attention_qk": r"attention/(query|key)/"}
+# Parameter-path patterns (whole-path regexes, as for freezing) of each space but z.
+SPACES = {"z": None, "encoder": r".*", "attention_qk": r".*attention/(query|key)/.*"}
 
 
 def _flat(grads, pattern: str) -> jax.Array:
-  leaves = [v for path, v in sorted(tree.flatten(grads).items()) if re.search(pattern, path)]
-  return jnp.concatenate([jnp.ravel(v) for v in leaves])
-
-
-def _cosine(a, b) -> jax.Array:
-  return a @ b / jnp.maximum(jnp.linalg.norm(a) * jnp.linalg.norm(b), 1e-30)
+  flat = tree.flatten(grads)
+  paths = tree.match_patterns([pattern], flat, what="grap_alignment space")
+  return jnp.concatenate([jnp.ravel(flat[p]) for p in paths])
 
 
 def make_batch_statistics(comp: composite.Composite):
@@ -70,7 +67,8 @@ def make_batch_statistics(comp: composite.Composite):
     for space, pattern in SPACES.items():
       if pattern is not None:
         vectors[space] = [_flat(g, pattern) for g in encoder_grads]
-    cosines = {space: jnp.stack([_cosine(v, vs[-1]) for v in vs[:-1]])
+    # GraP's own cosines: each loss's gradient against the probe's (the last one).
+    cosines = {space: grap.cosine_statistics(jnp.stack(vs[:-1]), vs[-1])[1]
                for space, vs in vectors.items()}
     return cosines, probe_metrics
   return jax.jit(statistics)
