@@ -4,6 +4,8 @@ Config variants after a colon (`configs/listops_spt.py:smoke`); any field can be
 `--config.<path>=<value>` (e.g. `--config.pretrain.num_steps=100`). Re-running the same command on the
 same workdir resumes where the run stopped.
 """
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -12,11 +14,14 @@ from spt_jax import distributed, experiment, host_memory
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.json go.")
-flags.DEFINE_integer("cpu_devices", -1, "On the CPU backend, split the host into this many devices "
-                     "for the data-parallel step (-1, the default: one per core, as far as the batch "
-                     "sizes divide; 1: one device, XLA's own multithreading). On 2 cores -1 is "
-                     "1.3-1.5x faster (README, Performance). A resumed run must use the same count to "
-                     "be bit-identical.")
+flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, how many devices the host is split into "
+                     "for the data-parallel step. 1, the default: one device, XLA's own "
+                     "multithreading, no cross-device collective to time out under load. -1 (one per "
+                     "core, as far as the batch sizes divide) or N: opt-in, 1.2-1.5x faster on 2 idle "
+                     "cores (benchmarks/README.md), but XLA aborts the run when the devices' "
+                     "in-process all-reduce waits over 40 s, as it did at step ~800 with other "
+                     "processes loading the cores; logged as a warning. A resumed run must use the "
+                     "same count to be bit-identical.")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
                   "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
                   "up to ~5x the step's temporaries in resident memory (given back automatically "
@@ -35,7 +40,13 @@ def main(argv):
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)
-  experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)
+  try:
+    experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)
+  except (ValueError, OSError, FloatingPointError) as e:
+    # Bad input (a config value, a data file, a checkpoint, a workdir) is reported in one message
+    # that names the culprit; the traceback stays available for debugging.
+    logging.vlog(1, "Traceback of the error below:", exc_info=True)
+    sys.exit(f"error: {e}\n(--verbosity=1 shows the traceback)")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ the command line (`--config.modle.d_model=...`) or in code is an error instead o
 """
 from __future__ import annotations
 
+import math
+
 import ml_collections
 
-from spt_jax import objectives, optim
+from spt_jax import checkpoints, objectives, optim
 from spt_jax.models import attention, transformer
 
 
@@ -76,6 +78,36 @@ def _positive(value, key, *, allow_zero=False):
     raise ValueError(f"config.{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}.")
 
 
+PATTERN_FIELDS = ("freeze", "init_from.include", "init_from.exclude", "init_from.gamma_ft_paths",
+                  "init_from.rescale_paths")
+
+
+def _flat_items(d, prefix=""):
+  for k, v in d.items():
+    if isinstance(v, (dict, ml_collections.ConfigDict)):
+      yield from _flat_items(v, f"{prefix}{k}.")
+    else:
+      yield f"{prefix}{k}", v
+
+
+def _check_finite(config) -> None:
+  for key, value in _flat_items(config):
+    if isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f"config.{key}={value} must be a finite number.")
+
+
+def _check_patterns(phase, name: str) -> None:
+  for key in PATTERN_FIELDS:
+    value = phase
+    for part in key.split("."):
+      value = value[part]
+    if isinstance(value, str):
+      continue
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+      raise ValueError(f"config.{name}.{key}={value!r} must be a preset name, a regex, or a tuple of "
+                       f"them, e.g. --config.{name}.{key}=\"('qk','mlp')\".")
+
+
 def phase_names(config) -> list[str]:
   names = [p.strip() for p in config.phases.split(",") if p.strip()]
   if not names:
@@ -108,9 +140,15 @@ def validate(config, device_count: int) -> None:
     raise ValueError(f"config.model.attention={m.attention!r} has no attention dropout; use "
                      f"config.model.dropout_rate=0 or attention='dense'.")
   _positive(config.data.max_length, "data.max_length")
+  _check_finite(config)
   names = phase_names(config)
   for name in names:
     p = config[name]
+    _check_patterns(p, name)
+    try:
+      checkpoints.check_checkpoint_name(p.init_from.checkpoint)
+    except ValueError as e:
+      raise ValueError(f"config.{name}.init_from.{e}") from None
     _one_of(p.objective, objectives.OBJECTIVES, f"{name}.objective")
     _one_of(p.schedule, optim.SCHEDULES, f"{name}.schedule")
     _one_of(p.pixel_loss, objectives.PIXEL_LOSSES, f"{name}.pixel_loss")
@@ -144,16 +182,18 @@ def validate(config, device_count: int) -> None:
 
 
 def listops_data(**generator_overrides) -> ml_collections.ConfigDict:
-  """ListOps as in LRA: official files if `data_dir` is given, else generated once into `cache_dir`."""
+  """ListOps as in LRA: official files if `data_dir` is given (only read), else generated once into
+  `cache_dir`."""
   generator = ml_collections.ConfigDict(dict(
       num_train=96_000, num_val=2_000, num_test=2_000, min_length=500, max_length=2000,
       max_depth=10, max_args=10, seed=0))
   generator.update(generator_overrides)
   return ml_collections.ConfigDict(dict(
       task="listops",
-      data_dir="",                  # a directory holding listops-1000/ (e.g. lra_release); '' = cache
+      data_dir="",                  # a directory holding listops-1000/ (e.g. lra_release), only read
+                                    # (missing files are an error); '' = generated data in cache_dir
       cache_dir="~/.cache/spt_jax",
-      generate=True,                # generate the data when the files are absent
+      generate=True,                # generate into cache_dir when absent there (never into data_dir)
       max_length=2000,
       generator=generator))
 
@@ -181,7 +221,8 @@ def image_data(**overrides) -> ml_collections.ConfigDict:
 
 
 def pathfinder_data(resolution: int = 32, **overrides) -> ml_collections.ConfigDict:
-  """Pathfinder (resolution 32) or Path-X (128): official files if `data_dir`, else generated."""
+  """Pathfinder (resolution 32) or Path-X (128): official files if `data_dir` (only read: an
+  incomplete one is an error), else generated into `cache_dir` (if `generate`)."""
   c = ml_collections.ConfigDict(dict(
       task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
       resolution=resolution, difficulty="hard", representation="pixels",

@@ -1,19 +1,24 @@
 """A whole run: load the task once, run its phases in order, collect `<workdir>/results.json`.
 
 A phase whose `results.json` exists is finished and is not re-run; a phase with checkpoints but no
-results resumes from its latest checkpoint.
+results resumes from its latest checkpoint. Everything that can be checked before training is checked
+first, for every phase: config values, the workdir (writable, same config, same data), and every
+parameter pattern against the phases' parameter shapes (traced, not computed).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging as std_logging
 import os
+import tempfile
 
 import jax
 import ml_collections
+import numpy as np
 from absl import logging
 
-from spt_jax import config_lib, train, train_composite
+from spt_jax import config_lib, faults, init_from, param_groups, train, train_composite
 from spt_jax.data import tasks
 from spt_jax.metric_writers import write_json
 
@@ -75,6 +80,65 @@ def check_workdir_config(config, name: str, phase_dir: str) -> None:
                      f"--workdir (nothing was changed):\n  " + "\n  ".join(diff))
 
 
+def prepare_workdir(workdir: str) -> None:
+  """Creates the workdir; a file in its place or a directory that cannot be written is one error."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise NotADirectoryError(f"--workdir={workdir} is a file, not a directory.")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    if jax.process_index() == 0:
+      with tempfile.TemporaryFile(dir=workdir):
+        pass
+  except OSError as e:
+    raise PermissionError(f"--workdir={workdir} cannot be written: {e.strerror or e}.") from None
+
+
+DATA_RECORD = "data.json"  # per phase: the fingerprint and source of the data it trained on
+
+
+def data_fingerprint(task: tasks.TaskData) -> str:
+  """A hash of every array of every split: the data a phase trains on, by content."""
+  h = hashlib.blake2b(digest_size=16)
+  for split in sorted(task.splits):
+    for key in sorted(task.splits[split]):
+      array = np.ascontiguousarray(task.splits[split][key])
+      h.update(f"{split}/{key}:{array.dtype.str}{array.shape};".encode())
+      h.update(array.reshape(-1).view(np.uint8))
+  return h.hexdigest()
+
+
+def check_workdir_data(name: str, phase_dir: str, task: tasks.TaskData, fingerprint: str) -> None:
+  """A workdir holds one experiment: a phase resumed or reused on other data is an error (the data
+  location may change, as `data_dir` is an operational setting; its content may not)."""
+  path = os.path.join(phase_dir, DATA_RECORD)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  if saved.get("fingerprint") != fingerprint:
+    raise ValueError(f"{phase_dir} was run on other data than phase {name!r} has now "
+                     f"(fingerprint {saved.get('fingerprint')} from {saved.get('source')}, now "
+                     f"{fingerprint} from {task.source}); use a new --workdir (nothing was "
+                     f"changed).")
+
+
+def trainer(config, name: str):
+  """The phase trainer: composite SPT (several heads, weighted per step) has its own."""
+  return train_composite if config[name].objective == "composite" else train
+
+
+def check_patterns(config, names, todo, loaded, workdir: str) -> None:
+  """Every phase still to run: its `freeze`, `init_from` and init-scale patterns match the traced
+  parameter paths, and what it loads exists and fits, before any phase trains."""
+  planned = {n: trainer(config, n).abstract_params(config, n, loaded[data_section(config, n)])
+             for n in names if data_section(config, n) in loaded}
+  for name in todo:
+    params = planned[name]
+    param_groups.resolve(config[name].freeze, params, what=f"config.{name}.freeze")
+    init_from.check(config[name].init_from, params, workdir=workdir, phase_names=names,
+                    phase=name, planned=planned)
+
+
 def check_transfer_compatible(config, names) -> None:
   """A phase initialised from another phase of the run must see data of the same kind and vocabulary
   (cross-task SPT works when they agree, e.g. Pathfinder pixels → CIFAR-10 pixels)."""
@@ -100,28 +164,44 @@ def check_transfer_compatible(config, names) -> None:
 
 
 def run(config, workdir: str) -> dict:
+  faults.check_environment()
   config_lib.validate(config, jax.device_count())
   names = config_lib.phase_names(config)
   check_transfer_compatible(config, names)
-  os.makedirs(workdir, exist_ok=True)
-  mesh = make_mesh()
-  results, loaded = {}, {}
+  prepare_workdir(workdir)
   for name in names:
     check_workdir_config(config, name, os.path.join(workdir, name))
+  results, loaded, fingerprints = {}, {}, {}
   for name in names:
     done = os.path.join(workdir, name, "results.json")
     if os.path.exists(done):
       with open(done) as f:
         results[name] = json.load(f)
-      logging.info("[%s] already finished (%s); not re-running it.", name, done)
+  todo = [n for n in names if n not in results]
+  for name in todo:  # Each data section is loaded once, however many phases use it.
+    section = data_section(config, name)
+    if section not in loaded:
+      loaded[section] = tasks.load(config[section])
+      fingerprints[section] = data_fingerprint(loaded[section])
+  for name in names:
+    section = data_section(config, name)
+    if section in loaded:
+      check_workdir_data(name, os.path.join(workdir, name), loaded[section], fingerprints[section])
+  check_patterns(config, names, todo, loaded, workdir)
+
+  mesh = make_mesh()
+  for name in names:
+    if name in results:
+      logging.info("[%s] already finished (%s); not re-running it.", name,
+                   os.path.join(workdir, name, "results.json"))
       continue
     section = data_section(config, name)
-    if section not in loaded:  # Each data section is loaded once, however many phases use it.
-      loaded[section] = tasks.load(config[section])
-    # Composite SPT (several heads, weighted per step) has its own phase trainer.
-    trainer = (train_composite.train_phase if config[name].objective == "composite"
-               else train.train_phase)
-    results[name] = trainer(config, name, loaded[section], workdir, mesh)
+    task = loaded[section]
+    if not os.path.exists(os.path.join(workdir, name, DATA_RECORD)):  # Else checked equal above.
+      write_json(os.path.join(workdir, name, DATA_RECORD),
+                 {"fingerprint": fingerprints[section], "source": task.source, "task": task.name})
+    results[name] = trainer(config, name).train_phase(config, name, task, workdir, mesh)
     write_json(os.path.join(workdir, "results.json"), results)
+    faults.point("phase_finished")
   write_json(os.path.join(workdir, "results.json"), results)
   return results

@@ -28,16 +28,21 @@ def resolve_source(source: str, workdir: str, phase_names, *, key: str) -> str:
   return path
 
 
+def _merge(params, loaded, init_cfg, params_dir: str):
+  """(the checkpoint paths `include` minus `exclude` selects, `params` with them copied in)."""
+  chosen = tree.select(tree.flatten(loaded), param_groups.expand(init_cfg.include),
+                       param_groups.expand(init_cfg.exclude), what=f"init_from {params_dir}")
+  return chosen, tree.merge(params, loaded, chosen, target_name="the model",
+                            source_name=f"checkpoint {params_dir}")
+
+
 def load_into(params, init_cfg, *, workdir: str, phase_names, phase: str, sharding=None):
   """Returns (params with the selected leaves replaced, report dict of loaded and fresh paths)."""
   source = resolve_source(init_cfg.source, workdir, phase_names,
                           key=f"config.{phase}.init_from.source")
   params_dir = checkpoints.resolve_params_dir(source, str(init_cfg.checkpoint))
   loaded = checkpoints.restore_item(params_dir, sharding=sharding)
-  chosen = tree.select(tree.flatten(loaded), param_groups.expand(init_cfg.include),
-                       param_groups.expand(init_cfg.exclude), what=f"init_from {params_dir}")
-  merged = tree.merge(params, loaded, chosen, target_name="the model",
-                      source_name=f"checkpoint {params_dir}")
+  chosen, merged = _merge(params, loaded, init_cfg, params_dir)
   loaded_set = set(chosen)
   report = {"source": os.path.abspath(params_dir), "loaded": chosen,
             "fresh": [p for p in tree.flatten(params) if p not in loaded_set],
@@ -45,29 +50,56 @@ def load_into(params, init_cfg, *, workdir: str, phase_names, phase: str, shardi
   return merged, report
 
 
+def check(init_cfg, params, *, workdir: str, phase_names, phase: str, planned: dict) -> None:
+  """Everything `load_into` and `apply_scales` will check, on shapes alone and before any training:
+  the source exists (a phase of this run, planned with shapes `planned[source]`, or a checkpoint
+  whose metadata is read), every pattern matches, every selected leaf fits `params`."""
+  if not init_cfg.source:
+    _scale_paths(init_cfg, params, phase)
+    return
+  checkpoints.check_checkpoint_name(init_cfg.checkpoint)
+  if init_cfg.source in planned:
+    loaded, where = planned[init_cfg.source], f"phase {init_cfg.source!r}"
+  else:
+    source = resolve_source(init_cfg.source, workdir, phase_names,
+                            key=f"config.{phase}.init_from.source")
+    where = checkpoints.resolve_params_dir(source, str(init_cfg.checkpoint))
+    loaded = checkpoints.item_abstract(where)
+  _merge(params, loaded, init_cfg, where)
+  _scale_paths(init_cfg, params, phase)
+
+
+def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], list[str]]:
+  """The leaves `gamma_ft` re-draws and `rescale` multiplies (each pattern must match)."""
+  gamma, rescale = [], []
+  if init_cfg.gamma_ft >= 0:
+    gamma = param_groups.resolve(init_cfg.gamma_ft_paths, params,
+                                 what=f"config.{phase}.init_from.gamma_ft_paths")
+  if init_cfg.rescale != 1.0:
+    if not init_cfg.rescale_paths:
+      raise ValueError(f"config.{phase}.init_from.rescale={init_cfg.rescale} needs "
+                       f"config.{phase}.init_from.rescale_paths (presets or regexes).")
+    rescale = param_groups.resolve(init_cfg.rescale_paths, params,
+                                   what=f"config.{phase}.init_from.rescale_paths")
+  return gamma, rescale
+
+
 def apply_scales(params, init_cfg, rng, *, phase: str):
   """The readout re-initialisation (`gamma_ft`) and subtree multipliers (`rescale`); a report dict."""
   report = {}
+  gamma_paths, rescale_paths = _scale_paths(init_cfg, params, phase)
   if init_cfg.gamma_ft >= 0:
-    paths = param_groups.resolve(init_cfg.gamma_ft_paths, params,
-                                 what=f"config.{phase}.init_from.gamma_ft_paths")
-
     def redraw(path, leaf):
-      if path not in paths:
+      if path not in gamma_paths:
         return leaf
       # Keyed by path: the draw of one leaf does not depend on which others are re-drawn.
       key = jax.random.fold_in(rng, zlib.crc32(path.encode()) & 0x7FFFFFFF)
       return jax.device_put(init_cfg.gamma_ft * jax.random.normal(key, leaf.shape, leaf.dtype),
                             leaf.sharding)
     params = tree.map_with_path(redraw, params)
-    report["gamma_ft"] = {"std": init_cfg.gamma_ft, "paths": paths}
+    report["gamma_ft"] = {"std": init_cfg.gamma_ft, "paths": gamma_paths}
   if init_cfg.rescale != 1.0:
-    if not init_cfg.rescale_paths:
-      raise ValueError(f"config.{phase}.init_from.rescale={init_cfg.rescale} needs "
-                       f"config.{phase}.init_from.rescale_paths (presets or regexes).")
-    paths = param_groups.resolve(init_cfg.rescale_paths, params,
-                                 what=f"config.{phase}.init_from.rescale_paths")
     params = tree.map_with_path(
-        lambda p, x: (x * init_cfg.rescale).astype(x.dtype) if p in paths else x, params)
-    report["rescale"] = {"factor": init_cfg.rescale, "paths": paths}
+        lambda p, x: (x * init_cfg.rescale).astype(x.dtype) if p in rescale_paths else x, params)
+    report["rescale"] = {"factor": init_cfg.rescale, "paths": rescale_paths}
   return params, report

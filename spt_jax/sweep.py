@@ -12,9 +12,12 @@ A sweep config (ml_collections) has:
              run's phase (e.g. `finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain`):
              runs execute in the listed order, so list the referenced run first (--processes=1).
   metrics    dotted paths into results.json, e.g. 'finetune.test_of_best.accuracy'
-  steps_to   a validation accuracy threshold: also report fine-tune steps until it is first reached
+  title      the table's and plot's title
+  steps_to   optional validation accuracy threshold: also report fine-tune steps until it is first
+             reached (0, the default: not reported)
   x_values   optional numbers, one per run: the plot is then a line over x instead of bars
-  x_label, title
+  x_label    optional label of that x axis
+Any other field, or a required one missing, is an error naming the config file.
 Each run lives in `<workdir>/<name>/seed_<s>`; one with a results.json is finished and not re-run.
 Out: `<workdir>/table.md`, `table.csv`, `results.json` and `plot.png`.
 """
@@ -32,10 +35,35 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
+import ml_collections
 from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
+REQUIRED = ("base", "seeds", "runs", "metrics", "title")
+OPTIONAL = {"steps_to": 0.0, "x_values": (), "x_label": ""}
+# Fields that must hold a non-empty sequence of this type (a bare string is a common slip).
+_SEQUENCES = {"seeds": int, "runs": str, "metrics": str}
 
+
+def check_sweep(sweep, source: str = "the sweep config"):
+  """The sweep config with its optional fields filled in, or one line naming what is wrong."""
+  fields = sweep.to_dict() if isinstance(sweep, ml_collections.ConfigDict) else dict(sweep)
+  problems = []
+  missing = [f for f in REQUIRED if f not in fields]
+  if missing:
+    problems.append(f"missing required field(s) {', '.join(map(repr, missing))}")
+  unknown = sorted(set(fields) - set(REQUIRED) - set(OPTIONAL))
+  if unknown:
+    problems.append(f"unknown field(s) {', '.join(map(repr, unknown))}")
+  for name, kind in _SEQUENCES.items():
+    value = fields.get(name)
+    if name in fields and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))
+                           or not value or not all(isinstance(v, kind) for v in value)):
+      problems.append(f"{name!r} must be a non-empty list of {kind.__name__}, got {value!r}")
+  if problems:
+    raise ValueError(f"{source}: {'; '.join(problems)} (fields: see spt_jax/sweep.py).")
+  return ml_collections.ConfigDict({**OPTIONAL, **fields})
 
 
 def parse_run(spec: str) -> tuple[str, dict]:
@@ -123,7 +151,10 @@ def _run_subprocess(base: str, overrides: dict, seed: int, run_dir: str) -> None
     raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
 
 
-def run_sweep(sweep, workdir: str, processes: int = 1) -> list[dict]:
+def run_sweep(sweep, workdir: str, processes: int = 1,
+              source: str = "the sweep config") -> list[dict]:
+  """Runs what is not finished yet, then writes the outputs; source names the config in errors."""
+  sweep = check_sweep(sweep, source)
   runs = [parse_run(s) for s in sweep.runs]
   names = [n for n, _ in runs]
   if len(set(names)) != len(names):
@@ -220,10 +251,12 @@ def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
 
 def main(argv):
   del argv
+  source = config_flags.get_config_filename(flags.FLAGS["config"])
+  sweep = check_sweep(flags.FLAGS.config, source)  # Before the slow imports below.
   from spt_jax import experiment, host_memory
   host_memory.retain_freed_memory()  # As main.py: in-process runs train here.
   experiment.quiet_orbax_logging()
-  rows = run_sweep(flags.FLAGS.config, flags.FLAGS.workdir, flags.FLAGS.processes)
+  rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source)
   print(open(os.path.join(flags.FLAGS.workdir, "table.md")).read())
   del rows
 

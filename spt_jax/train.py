@@ -24,7 +24,7 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import checkpoints, host_memory, init_from, objectives, optim, param_groups, tree
+from spt_jax import checkpoints, faults, host_memory, init_from, objectives, optim, param_groups, tree
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
@@ -49,6 +49,19 @@ def build_model(model_cfg, task: TaskData, objective) -> SequenceModel:
       dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
       activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype),
       attention=model_cfg.attention, attention_block_size=model_cfg.attention_block_size)
+
+
+def model_and_init(config, name: str, task: TaskData):
+  """Phase `name`'s objective, model and `init(rng) -> params`."""
+  objective = objectives.make(config[name], task.vocab, task.input_kind)
+  model = build_model(config.model, task, objective)
+  dummy = jnp.zeros((1,) + task.splits["train"]["inputs"].shape[1:], jnp.int32)
+  return objective, model, lambda rng: model.init(rng, dummy)["params"]
+
+
+def abstract_params(config, name: str, task: TaskData):
+  """Phase `name`'s parameter shapes, traced (nothing computed): for the checks before training."""
+  return jax.eval_shape(model_and_init(config, name, task)[2], jax.random.PRNGKey(0))
 
 
 def phase_rng(seed: int, phase: str) -> jax.Array:
@@ -172,7 +185,11 @@ def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: 
   replicated = NamedSharding(mesh, P())
   scale_rng = jax.random.fold_in(init_rng, 1)
   ckpts = checkpoints.PhaseCheckpoints(os.path.join(phase_dir, "checkpoints"))
-  resuming = ckpts.latest_step() is not None
+  resuming = bool(ckpts.latest_steps())
+  if not resuming and ckpts.existing():
+    logging.warning("[%s] no latest checkpoint in %s: starting from step 0 next to %s (the run "
+                    "recomputes them).", name, ckpts.directory, ", ".join(ckpts.existing()))
+    ckpts.discard_uncommitted(0)
   init_report = {}
   if cfg.init_from.source and not resuming:
     params, init_report = init_from.load_into(
@@ -197,8 +214,8 @@ def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: 
                              opt_state)
     setup.best_value, setup.best_step = meta["best_value"], meta["best_step"]
     setup.wall_before = meta["wall_time_sec"]
-    logging.info("[%s] resumed from step %d (best validation %s at step %s)", name, step0,
-                 setup.best_value, setup.best_step)
+    logging.info("[%s] resumed from step %d of %s (best validation %s at step %s)", name, step0,
+                 ckpts.directory, setup.best_value, setup.best_step)
   # Written only once the config has proved compatible with what the workdir holds.
   write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
   table = param_groups.count_table(params, frozen)
@@ -278,8 +295,10 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
       if val_metrics[selection] > setup.best_value:
         setup.best_value, setup.best_step = val_metrics[selection], step
         ckpts.save_best(step, state.params, val_metrics)
+        faults.point("best_saved", step, settle=ckpts.wait_for_saves)
     if is_ckpt:
-      save_latest(step)
+      save_latest(step)  # The commit point: a resumed run starts from here (checkpoints.py).
+      writer.flush()
     if is_eval or is_ckpt:
       window_start = time.time()  # Throughput windows measure training steps only.
   bar.close()
@@ -294,15 +313,16 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
   val_metrics = loop.val_metrics
   if not val_metrics:  # Nothing left to train (resumed at the end): re-measure the final state.
     val_metrics = evaluate(loop.state.params, "val")
-  best = setup.ckpts.best()
-  if best is None:
+  if setup.best_step is None:
     raise RuntimeError(f"[{name}] finished without a best checkpoint in {setup.ckpts.directory}.")
-  best_params_dir = setup.ckpts.best_params_dir()
+  best = (setup.best_step, setup.ckpts.best(setup.best_step))
+  best_params_dir = setup.ckpts.best_params_dir(setup.best_step)
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           loop.state.params)
   test_metrics = evaluate(checkpoints.restore_item(best_params_dir, abstract), "test")
   writer.write(best[0], "test", test_metrics)
   writer.close()
+  faults.point("test_recorded", best[0])
   results = {
       "phase": name, "objective": cfg.objective, "steps": steps,
       "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
@@ -364,14 +384,12 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   train_arrays = task.splits["train"]
   num_train = pipeline.num_examples(train_arrays)
   steps = total_steps(cfg, num_train)
-  objective = objectives.make(cfg, task.vocab, task.input_kind)
-  model = build_model(config.model, task, objective)
+  objective, model, init = model_and_init(config, name, task)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
   logging.info("[%s] %d steps per epoch", name, pipeline.steps_per_epoch(num_train, cfg.batch_size))
 
   # ---------------------------------------------------------------- Parameters and optimiser
-  dummy = jnp.zeros((1,) + train_arrays["inputs"].shape[1:], jnp.int32)
-  params = jax.jit(lambda r: model.init(r, dummy)["params"], out_shardings=replicated)(init_rng)
+  params = jax.jit(init, out_shardings=replicated)(init_rng)
   setup = setup_phase(config, name, params, init_rng, workdir, mesh, steps)
 
   # ---------------------------------------------------------------- Steps

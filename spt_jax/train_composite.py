@@ -81,6 +81,12 @@ def init_params(config, task: TaskData, comp: composite.Composite, rng, sharding
   return jax.jit(init, out_shardings=sharding)(rng)
 
 
+def abstract_params(config, name: str, task: TaskData):
+  """The phase's parameter shapes, traced (nothing computed): for the checks before training."""
+  comp = composite.build(config, name, task)
+  return jax.eval_shape(lambda r: init_params(config, task, comp, r, None), jax.random.PRNGKey(0))
+
+
 def make_steps(comp: composite.Composite, weighting: grap.Weighting, tx, trainable, mesh):
   """Jitted (train_step, eval_step), data-parallel like train.make_steps."""
   replicated = NamedSharding(mesh, P())

@@ -81,3 +81,93 @@ def test_non_finite_loss_stops_the_run(tmp_path, tiny_spt):
   tiny_spt.pretrain.update(learning_rate=1e30, warmup_steps=0)
   with pytest.raises(FloatingPointError, match=r"\[pretrain\] non-finite training loss .* step"):
     experiment.run(tiny_spt, str(tmp_path / "w"))
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("pretrain.learning_rate", float("nan"), r"config.pretrain.learning_rate=nan must be a finite"),
+    ("finetune.weight_decay", float("inf"), r"config.finetune.weight_decay=inf must be a finite"),
+    ("finetune.freeze", 3, r"config.finetune.freeze=3 must be a preset name, a regex, or a tuple"),
+    ("finetune.init_from.include", ("qk", 7), r"config.finetune.init_from.include=\('qk', 7\)"),
+    ("finetune.init_from.checkpoint", "bogus", r"config.finetune.init_from.checkpoint='bogus' must"),
+])
+def test_bad_values_are_refused_before_anything_is_written(tmp_path, tiny_spt, key, value, match):
+  section, _, field = key.rpartition(".")
+  target = tiny_spt
+  for part in section.split("."):
+    target = target[part]
+  with target.ignore_type():
+    target[field] = value
+  with pytest.raises(ValueError, match=match):
+    experiment.run(tiny_spt, str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("finetune.freeze", ("encoder/layer_0/attention/nope/.*",), r"config.finetune.freeze"),
+    ("finetune.init_from.include", ("encoder/nope/.*",), r"init_from .* include"),
+    ("finetune.init_from.exclude", ("nope/.*",), r"init_from .* exclude"),
+    ("finetune.init_from.source", "/no/such/checkpoint",
+     r"config.finetune.init_from.source='/no/such/checkpoint' is neither a phase"),
+    ("finetune.init_from.rescale_paths", ("nope",), r"config.finetune.init_from.rescale_paths"),
+])
+def test_a_later_phase_pattern_error_comes_before_any_training(tmp_path, tiny_spt, key, value, match):
+  section, _, field = key.rpartition(".")
+  target = tiny_spt
+  for part in section.split("."):
+    target = target[part]
+  target[field] = value
+  if field == "rescale_paths":
+    tiny_spt.finetune.init_from.rescale = 0.5
+  workdir = tmp_path / "w"
+  with pytest.raises((ValueError, FileNotFoundError), match=match):
+    experiment.run(tiny_spt, str(workdir))
+  assert not (workdir / "pretrain").exists(), "pretraining ran before the error"
+
+
+def test_unusable_workdir_is_one_error_naming_it(tmp_path, tiny_spt):
+  as_file = tmp_path / "a_file"
+  as_file.write_text("mine")
+  with pytest.raises(NotADirectoryError, match=rf"--workdir={as_file} is a file"):
+    experiment.run(tiny_spt, str(as_file))
+  assert as_file.read_text() == "mine"
+  read_only = tmp_path / "read_only"
+  read_only.mkdir()
+  read_only.chmod(0o500)
+  try:
+    # Root writes through permission bits; /proc refuses everyone.
+    unwritable = read_only / "w" if not os.access(read_only, os.W_OK) else "/proc/spt_jax_w"
+    with pytest.raises(PermissionError, match=rf"--workdir={unwritable} cannot be written: "):
+      experiment.run(tiny_spt, str(unwritable))
+  finally:
+    read_only.chmod(0o700)
+
+
+def test_unusable_workdir_through_main_is_one_line(tmp_path, cache_dir):
+  as_file = tmp_path / "a_file"
+  as_file.write_text("mine")
+  out = run_main(["--config=configs/listops_spt.py", f"--workdir={as_file}", "--cpu_devices=1",
+                  *tiny_flags(cache_dir)])
+  assert out.returncode == 1
+  assert out.stderr.strip().splitlines()[-2] == f"error: --workdir={as_file} is a file, not a directory."
+  assert "Traceback" not in out.stderr
+
+
+def test_a_workdir_refuses_other_data(tmp_path, cache_dir, spt_run):
+  workdir = str(tmp_path / "w")
+  shutil.copytree(spt_run[0], workdir)
+  for name in ("results.json", "pretrain/results.json", "finetune/results.json"):
+    os.remove(os.path.join(workdir, name))
+  before = _snapshot(workdir)
+  config = tiny(load_config("listops_spt"), cache_dir)
+  # Same config, other labels: a copy of the data with one label changed, named by data_dir.
+  data_dir = tmp_path / "data"
+  shutil.copytree(spt_run[2]["pretrain"]["data_source"], data_dir)
+  path = listops.split_path(str(data_dir), "train")
+  lines = open(path).read().splitlines()
+  source, label = lines[1].split("\t")
+  lines[1] = f"{source}\t{(int(label) + 1) % 10}"
+  open(path, "w").write("\n".join(lines) + "\n")
+  config.data.data_dir = str(data_dir)
+  with pytest.raises(ValueError, match=r"was run on other data than phase 'pretrain' has now"):
+    experiment.run(config, workdir)
+  assert _snapshot(workdir) == before

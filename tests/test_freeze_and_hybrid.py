@@ -10,7 +10,7 @@ from spt_jax import checkpoints, experiment, optim, param_groups, tree
 
 def _params(workdir, kind, phase="finetune"):
   d = os.path.join(workdir, phase, "checkpoints", kind)
-  (step,) = os.listdir(d)
+  step = max(os.listdir(d), key=int)
   return tree.flatten(checkpoints.restore_item(os.path.join(d, step, "params")))
 
 
@@ -39,7 +39,7 @@ def test_frozen_attention_stays_bitwise_and_has_no_optimizer_moments(tmp_path, c
   others = [p for p in start if p not in attention]
   assert all(not np.array_equal(start[p], end[p]) for p in others)
   # The saved optimiser state holds moments for trainable leaves only.
-  step = os.listdir(tmp_path / "finetune/checkpoints/latest")[0]
+  step = max(os.listdir(tmp_path / "finetune/checkpoints/latest"), key=int)
   opt_paths = tree.flatten(checkpoints.restore_item(
       str(tmp_path / "finetune/checkpoints/latest" / step / "opt_state")))
   assert not [p for p in opt_paths if "/attention/" in p]

@@ -225,6 +225,25 @@ def test_bad_images_are_reported_and_skipped(fixture_copy, caplog):
   assert "skipped 4 of 16 images (1 empty, 1 missing, 1 unreadable, 1 wrong shape)" in messages
 
 
+def test_split_without_readable_images_names_split_and_directory(fixture_copy):
+  # The fixture's 20 records cut 16/2/2: val is samples 16 and 17; train and test still load.
+  imgs = fixture_copy / "pathfinder32" / "curv_contour_length_14" / "imgs" / "0"
+  (imgs / "sample_16.png").write_bytes(b"")
+  (imgs / "sample_17.png").write_bytes(b"not a png")
+  directory = pathfinder.difficulty_path(str(fixture_copy), 32, "hard")
+  with pytest.raises(ValueError) as error:
+    pathfinder.load_split(str(fixture_copy), 32, "hard", "val")
+  assert str(error.value) == (f"no readable images in the val split of {directory}: 2 of 2 empty "
+                              f"or unreadable (1 empty, 1 unreadable).")
+  assert len(pathfinder.load_split(str(fixture_copy), 32, "hard", "test")["labels"]) == 2
+  # Too few records for a split at all: named before any image is read.
+  meta = fixture_copy / "pathfinder32" / "curv_contour_length_14" / "metadata" / "0.npy"
+  meta.write_text("".join(meta.read_text(encoding="utf-8").splitlines(True)[:5]), encoding="utf-8")
+  with pytest.raises(ValueError, match=r"^no images in the val split of .*: the metadata lists 5 "
+                                       r"in all, too few to cut 80/10/10\.$"):
+    pathfinder.load_split(str(fixture_copy), 32, "hard", "val")
+
+
 @pytest.mark.parametrize("line, message", [
     ("imgs/0 sample_20.png 20", "expected at least 4 space-separated fields"),
     ("imgs/0 sample_20.png 20 2", "label .* must be 0 or 1"),

@@ -17,8 +17,8 @@ def _restore(path):
   return tree.flatten(ocp.StandardCheckpointer().restore(os.path.abspath(path)))
 
 
-def _only_step(directory):
-  (step,) = os.listdir(directory)
+def _newest_step(directory):
+  step = max((s for s in os.listdir(directory) if s.isdigit()), key=int)
   return os.path.join(directory, step)
 
 
@@ -37,7 +37,7 @@ def test_results_json_has_every_phase_and_figure(spt_run):
 
 def test_finetune_starts_from_the_pretrained_encoder_bitwise(spt_run):
   workdir, _, _ = spt_run
-  pretrained = _restore(os.path.join(_only_step(os.path.join(workdir, "pretrain/checkpoints/best")),
+  pretrained = _restore(os.path.join(_newest_step(os.path.join(workdir, "pretrain/checkpoints/best")),
                                      "params"))
   start = _restore(os.path.join(workdir, "finetune/checkpoints/init/0/params"))
   encoder = [p for p in start if p.startswith("encoder/")]
@@ -65,7 +65,7 @@ def _fresh_finetune_init(workdir):
 
 def test_checkpoint_reads_with_plain_orbax_without_spt_jax(spt_run):
   workdir, _, _ = spt_run
-  params_dir = os.path.join(_only_step(os.path.join(workdir, "finetune/checkpoints/best")), "params")
+  params_dir = os.path.join(_newest_step(os.path.join(workdir, "finetune/checkpoints/best")), "params")
   # The README's recipe, verbatim apart from the path.
   code = ("import sys, jax, orbax.checkpoint as ocp\n"
           f"path = {params_dir!r}\n"

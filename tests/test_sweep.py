@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -38,3 +40,41 @@ def test_bad_run_specs_are_refused():
   with pytest.raises(KeyError, match="no field 'model.num_layerz'"):
     sweep.apply_overrides(config, {"model.num_layerz": 2})
   assert sweep.parse_run("a: b.c=2 d=x e=") == ("a", {"b.c": 2, "d": "x", "e": ""})
+
+
+def _sweep_file(tmp_path, fields: str) -> str:
+  path = tmp_path / "my_sweep.py"
+  path.write_text("import ml_collections\n\n\ndef get_config(arg=None):\n"
+                  f"  return ml_collections.ConfigDict(dict({fields}))\n")
+  return str(path)
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ("base='b.py', seeds=(0,), metrics=('m',), title='t'", "missing required field(s) 'runs'"),
+    ("runs=('a:',), seeds=(0,), metrics=('m',)", "missing required field(s) 'base', 'title'"),
+    ("base='b.py', runs=('a:',), seeds=(0,), metrics=(), title='t'",
+     "'metrics' must be a non-empty list of str, got ()"),
+    ("base='b.py', runs='a: x=1', seeds=(0,), metrics=('m',), title='t'",
+     "'runs' must be a non-empty list of str, got 'a: x=1'"),
+    ("base='b.py', run=('a:',), seeds=(0,), metrics=('m',), title='t'",
+     "missing required field(s) 'runs'; unknown field(s) 'run'"),
+])
+def test_incomplete_sweep_config_is_one_line_naming_field_and_file(tmp_path, fields, problem):
+  path = _sweep_file(tmp_path, fields)
+  with pytest.raises(ValueError) as error:
+    sweep.run_sweep(sweep.load_config(path), str(tmp_path / "w"), source=path)
+  assert str(error.value) == f"{path}: {problem} (fields: see spt_jax/sweep.py)."
+  with pytest.raises(ValueError, match=r"^the sweep config: "):
+    sweep.run_sweep(sweep.load_config(path), str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+
+
+def test_sweep_cli_without_runs_names_the_field_and_the_file(tmp_path):
+  path = _sweep_file(tmp_path, "base='b.py', seeds=(0,), metrics=('m',), title='t'")
+  done = subprocess.run([sys.executable, "-m", "spt_jax.sweep", f"--config={path}",
+                         f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True,
+                        timeout=120, cwd=sweep.ROOT)
+  assert done.returncode != 0
+  assert done.stderr.strip().splitlines()[-1] == (
+      f"ValueError: {path}: missing required field(s) 'runs' (fields: see spt_jax/sweep.py).")
+  assert not (tmp_path / "w").exists()

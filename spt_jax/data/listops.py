@@ -185,7 +185,10 @@ def write_official_layout(root: str, spec: GeneratorSpec, progress: bool = True)
 
 
 def ensure_files(root: str, spec: GeneratorSpec | None) -> None:
-  """Makes sure the three split files exist under root, generating them if spec is given."""
+  """Makes sure the three split files exist under root, generating them if spec is given.
+
+  root is written to: pass a cache directory, never a user's data_dir (see check_data_dir).
+  """
   paths = [split_path(root, split) for split in SPLITS]
   missing = [p for p in paths if not os.path.isfile(p)]
   if not missing:
@@ -200,6 +203,22 @@ def ensure_files(root: str, spec: GeneratorSpec | None) -> None:
   # One progress bar per job, not per process.
   write_official_layout(root, spec, progress=jax.process_index() == 0)
   logging.info("Wrote %s", ", ".join(paths))
+
+
+# The end of every refusal of a user's data_dir: the way to generated data instead.
+DATA_DIR_HINT = ("Nothing is generated into a data_dir: leave config.data.data_dir empty to use "
+                 "generated data (in config.data.cache_dir)")
+
+
+def check_data_dir(data_dir: str) -> None:
+  """A data_dir the user named is read, never written: missing files are an error, not generated."""
+  paths = [split_path(data_dir, split) for split in SPLITS]
+  missing = [os.path.relpath(p, data_dir) for p in paths if not os.path.isfile(p)]
+  if os.path.isdir(data_dir) and not missing:
+    return
+  problem = f"lacks {', '.join(missing)}" if os.path.isdir(data_dir) else "does not exist"
+  raise FileNotFoundError(f"ListOps data_dir {data_dir} {problem}; expected {', '.join(paths)}. "
+                          f"{DATA_DIR_HINT}.")
 
 
 def _read_rows(path: str) -> list[tuple[int, str, int]]:

@@ -493,8 +493,52 @@ def _metadata_files(directory: str) -> list[str]:
   return [path for _, path in sorted(keyed)]
 
 
+# The end of every refusal of a user's data_dir: the way to generated data instead.
+DATA_DIR_HINT = ("Nothing is generated into a data_dir: leave config.data.data_dir empty to use "
+                 "generated data (in config.data.cache_dir)")
+# Missing paths named in a refusal; the rest are counted.
+_MAX_LISTED = 5
+
+
+def check_data_dir(data_dir: str, resolution: int, difficulty: str) -> None:
+  """A data_dir the user named is read, never written: an incomplete one is an error.
+
+  Complete means metadata/<k>.npy for k = 0..K-1 without a gap, and every imgs/<k>/ directory they
+  list. Single images may still be missing or empty: those are reported and skipped when loading.
+  """
+  directory = difficulty_path(data_dir, resolution, difficulty)
+  paths = []
+  if not os.path.isdir(data_dir):
+    problem = "does not exist"
+  else:
+    try:
+      paths = _metadata_files(directory)
+    except FileNotFoundError:
+      pass
+    problem = f"has no {os.path.relpath(directory, data_dir)}/metadata/<k>.npy"
+  if paths:
+    present = {int(os.path.basename(p)[:-len(".npy")]) for p in paths}
+    missing = [os.path.join(directory, "metadata", f"{k}.npy") for k in range(max(present) + 1)
+               if k not in present]
+    if not missing:
+      image_dirs = {os.path.dirname(png) for p in paths for png, _ in _read_metadata(p, directory)}
+      missing = sorted(d for d in image_dirs if not os.path.isdir(d))
+    if not missing:
+      return
+    problem = "lacks " + ", ".join(os.path.relpath(p, data_dir) for p in missing[:_MAX_LISTED]) + (
+        f" and {len(missing) - _MAX_LISTED} more" if len(missing) > _MAX_LISTED else "")
+  raise FileNotFoundError(
+      f"Pathfinder data_dir {data_dir} {problem}; expected "
+      f"{os.path.join(directory, 'metadata', '<k>.npy')} for k = 0, 1, ... and the imgs/<k>/ "
+      f"they list, as in lra_release. {DATA_DIR_HINT}.")
+
+
 def ensure_files(root: str, resolution: int, difficulty: str, spec: GeneratorSpec | None) -> None:
-  """Makes sure a difficulty's files exist under root; generates missing batches given a spec."""
+  """Makes sure a difficulty's files exist under root; generates missing batches given a spec.
+
+  root is written to (a batch being rewritten loses its imgs/<k>/): pass a cache directory, never
+  a user's data_dir (see check_data_dir).
+  """
   directory = difficulty_path(root, resolution, difficulty)
   if spec is None:
     _metadata_files(directory)
@@ -592,7 +636,13 @@ def load_split(root: str, resolution: int, difficulty: str, split: str) -> dict[
   """Loads a split as {"pixels": uint8 [N, res*res] row-major, "labels": int32 [N]}."""
   if split not in SPLITS:
     raise ValueError(f"Unknown Pathfinder split {split!r}; expected one of {SPLITS}.")
-  records = split_records(root, resolution, difficulty)[split]
+  every_split = split_records(root, resolution, difficulty)
+  records = every_split[split]
+  directory = difficulty_path(root, resolution, difficulty)
+  if not records:
+    # An empty split would train or evaluate on nothing, and fail far from here.
+    raise ValueError(f"no images in the {split} split of {directory}: the metadata lists "
+                     f"{sum(map(len, every_split.values()))} in all, too few to cut 80/10/10.")
   pixels, labels, skipped = read_images(records, resolution, progress=len(records) > 10_000)
   for path, reason in skipped[:_MAX_LOGGED_SKIPS]:
     logging.warning("Pathfinder: skipping %s: %s", path, reason)
@@ -601,10 +651,13 @@ def load_split(root: str, resolution: int, difficulty: str, split: str) -> dict[
     for _, reason in skipped:
       kind = reason.split(":")[0]
       kinds[kind] = kinds.get(kind, 0) + 1
+    counts = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
     logging.warning(
         "Pathfinder%d %s %s: skipped %d of %d images (%s)%s", resolution,
-        difficulty_dir(difficulty), split, len(skipped), len(records),
-        ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())),
+        difficulty_dir(difficulty), split, len(skipped), len(records), counts,
         f"; only the first {_MAX_LOGGED_SKIPS} are listed" if len(skipped) > _MAX_LOGGED_SKIPS
         else "")
+    if not len(labels):
+      raise ValueError(f"no readable images in the {split} split of {directory}: {len(skipped)} of "
+                       f"{len(records)} empty or unreadable ({counts}).")
   return {"pixels": pixels, "labels": labels}

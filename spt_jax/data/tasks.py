@@ -22,6 +22,18 @@ class TaskData:
   input_kind: str = "tokens"  # 'tokens' (ids [N, L] or pairs [N, 2, L]) or 'pixels' (uint8 [N, L])
 
 
+def _data_root(cfg, spec) -> str:
+  """The user's data_dir, read as it is, or the cache directory generated data lives in.
+
+  A user's directory is never written to: generating there could replace their files, and a
+  mistyped path would silently train on generated data. The cache directory is named after every
+  generator setting, so variants never collide.
+  """
+  if cfg.data_dir:
+    return os.path.expanduser(cfg.data_dir)
+  return os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
+
+
 def _listops(cfg) -> TaskData:
   gen = cfg.generator
   spec = listops.GeneratorSpec(
@@ -31,10 +43,11 @@ def _listops(cfg) -> TaskData:
   if gen.max_length > cfg.max_length + 1:
     raise ValueError(f"config.data.generator.max_length={gen.max_length} produces sequences longer "
                      f"than config.data.max_length={cfg.max_length}.")
-  # An explicit data_dir (e.g. an lra_release directory) is used as it is; otherwise generated data
-  # lives in a cache directory named after every generator setting, so variants never collide.
-  root = cfg.data_dir or os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
-  listops.ensure_files(root, spec if cfg.generate else None)
+  root = _data_root(cfg, spec)
+  if cfg.data_dir:
+    listops.check_data_dir(root)
+  else:
+    listops.ensure_files(root, spec if cfg.generate else None)
   splits = {s: listops.load_split(root, s, cfg.max_length) for s in listops.SPLITS}
   for s, arrays in splits.items():
     logging.info("ListOps %s: %d examples from %s", s, len(arrays["labels"]),
@@ -98,8 +111,11 @@ def _pathfinder(cfg) -> TaskData:
                                   contour_length=pathfinder.CONTOUR_LENGTH[
                                       pathfinder.DIFFICULTIES.get(difficulty, difficulty)],
                                   num_images=gen.num_images, seed=gen.seed)
-  root = cfg.data_dir or os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
-  pathfinder.ensure_files(root, res, difficulty, spec if cfg.generate else None)
+  root = _data_root(cfg, spec)
+  if cfg.data_dir:
+    pathfinder.check_data_dir(root, res, difficulty)
+  else:
+    pathfinder.ensure_files(root, res, difficulty, spec if cfg.generate else None)
   splits = {s: pathfinder.load_split(root, res, difficulty, s) for s in ("train", "val", "test")}
   return TaskData(f"pathfinder{res}", BYTE_VOCAB, 2, res * res,
                   _as_representation(splits, cfg.representation), root,
