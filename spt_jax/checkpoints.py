@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import sys
 import zlib
 from typing import Any
@@ -225,12 +226,26 @@ class PhaseCheckpoints:
     self.wait()
     arrays = {"params": jax.tree.map(host_copy, params),
               "opt_state": jax.tree.map(host_copy, opt_state)}
+    self._clear_stale(LATEST, step)
     self._latest.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(arrays["params"]),
         opt_state=ocp.args.StandardSave(arrays["opt_state"]), meta=ocp.args.JsonSave(meta),
         checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
     self._best_named[step] = meta["best_step"]
     faults.point("latest_saving", step)
+
+  def _clear_stale(self, kind: str, step: int) -> None:
+    """A step directory that exists when this run saves that step is what a kill left of an earlier
+    attempt (e.g. a deletion cut short): the run recomputes it, so it goes, instead of failing the
+    save with Orbax's StepAlreadyExistsError."""
+    path = self._path(kind, step)
+    if os.path.exists(path):
+      logging.warning("Replacing %s, left by an interrupted run; this run recomputes it.", path)
+      if jax.process_index() == 0:
+        shutil.rmtree(path)
+      if jax.process_count() > 1:
+        ocp.multihost.sync_global_processes(f"spt_jax_clear_{kind}_{step}")
+      (self._latest if kind == LATEST else self._best).reload()
 
   def _read_latest(self, step: int, params, opt_state):
     where = self._path(LATEST, step)
@@ -337,6 +352,7 @@ class PhaseCheckpoints:
     self.wait()
     meta = {k: float(v) for k, v in metrics.items()}
     arrays = {"params": jax.tree.map(host_copy, params)}
+    self._clear_stale(BEST, step)
     self._best.save(step, args=ocp.args.Composite(
         params=ocp.args.StandardSave(arrays["params"]), meta=ocp.args.JsonSave(meta),
         checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
@@ -346,9 +362,9 @@ class PhaseCheckpoints:
     """Deletes the best checkpoints that no kept latest checkpoint names and that are not the
     current best: after this, a kill at any point leaves the best of every kept state on disk."""
     kept = set(self.latest_steps())
-    named = {b for s, b in self._best_named.items() if s in kept}
-    if None in named:  # A kept latest checkpoint whose meta this process has not read.
-      return
+    if self._current_best is None or any(self._best_named.get(s) is None for s in kept):
+      return  # Nothing saved here yet, or a kept latest checkpoint whose meta was not read.
+    named = {self._best_named[s] for s in kept}
     for s in self._best.all_steps():
       if s not in named and s != self._current_best:
         self._best.delete(s)

@@ -189,3 +189,31 @@ def test_params_restore_with_plain_orbax_and_no_target(spt_run):
     step = max(os.listdir(directory), key=int)
     restored = ocp.StandardCheckpointer().restore(os.path.join(directory, step, "params"))
     assert tree.count(restored) == spt_run[2][PHASE]["num_parameters"]
+
+
+def test_opening_and_reading_checkpoints_changes_nothing(spt_run):
+  directory = os.path.join(spt_run[0], PHASE, "checkpoints")
+  before = sorted((d, f, os.path.getmtime(os.path.join(d, f)))
+                  for d, _, files in os.walk(directory) for f in files)
+  ckpts = checkpoints.PhaseCheckpoints(directory)
+  ckpts.restore_latest(*_targets(spt_run[1], directory))
+  ckpts.close()
+  checkpoints.PhaseCheckpoints(directory).close()
+  after = sorted((d, f, os.path.getmtime(os.path.join(d, f)))
+                 for d, _, files in os.walk(directory) for f in files)
+  assert after == before
+
+
+def test_a_step_directory_left_by_an_interrupted_run_is_replaced_not_fatal(tmp_path):
+  params = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+  ckpts = checkpoints.PhaseCheckpoints(str(tmp_path / "checkpoints"))
+  for kind in ("best", "latest"):  # e.g. a deletion cut short by a kill
+    os.makedirs(tmp_path / "checkpoints" / kind / "5" / "params")
+    (tmp_path / "checkpoints" / kind / "5" / "params" / "leftover").write_text("x")
+  ckpts.save_best(5, params, {"accuracy": 0.5})
+  ckpts.save_latest(5, params, {"count": np.zeros((), np.int32)},
+                    {"step": 5, "best_value": 0.5, "best_step": 5, "wall_time_sec": 1.0})
+  ckpts.close()
+  for kind in ("best", "latest"):
+    restored = checkpoints.restore_item(str(tmp_path / "checkpoints" / kind / "5" / "params"))
+    assert np.array_equal(restored["w"], params["w"])

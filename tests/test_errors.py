@@ -171,3 +171,9 @@ def test_a_workdir_refuses_other_data(tmp_path, cache_dir, spt_run):
   with pytest.raises(ValueError, match=r"was run on other data than phase 'pretrain' has now"):
     experiment.run(config, workdir)
   assert _snapshot(workdir) == before
+
+
+def test_an_empty_split_is_refused_naming_it(tmp_path, tiny_spt):
+  tiny_spt.data.generator.num_val = 0
+  with pytest.raises(ValueError, match=r"The val split of listops data \(.*\) has no examples"):
+    experiment.run(tiny_spt, str(tmp_path / "w"))

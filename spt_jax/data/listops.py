@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import tqdm
 
+from spt_jax.data import DATA_DIR_HINT
 from spt_jax.data.vocab import PAD_ID, Vocabulary
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -203,11 +204,6 @@ def ensure_files(root: str, spec: GeneratorSpec | None) -> None:
   # One progress bar per job, not per process.
   write_official_layout(root, spec, progress=jax.process_index() == 0)
   logging.info("Wrote %s", ", ".join(paths))
-
-
-# The end of every refusal of a user's data_dir: the way to generated data instead.
-DATA_DIR_HINT = ("Nothing is generated into a data_dir: leave config.data.data_dir empty to use "
-                 "generated data (in config.data.cache_dir)")
 
 
 def check_data_dir(data_dir: str) -> None:

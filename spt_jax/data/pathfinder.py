@@ -35,6 +35,8 @@ import numpy as np
 from PIL import Image
 import tqdm
 
+from spt_jax.data import DATA_DIR_HINT
+
 DIFFICULTIES = {"easy": "curv_baseline", "medium": "curv_contour_length_9",
                 "hard": "curv_contour_length_14"}
 CONTOUR_LENGTH = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
@@ -493,9 +495,6 @@ def _metadata_files(directory: str) -> list[str]:
   return [path for _, path in sorted(keyed)]
 
 
-# The end of every refusal of a user's data_dir: the way to generated data instead.
-DATA_DIR_HINT = ("Nothing is generated into a data_dir: leave config.data.data_dir empty to use "
-                 "generated data (in config.data.cache_dir)")
 # Missing paths named in a refusal; the rest are counted.
 _MAX_LISTED = 5
 

@@ -144,4 +144,9 @@ def signature(cfg) -> dict:
 def load(data_config) -> TaskData:
   if data_config.task not in TASKS:
     raise ValueError(f"config.data.task={data_config.task!r} must be one of {sorted(TASKS)}.")
-  return TASKS[data_config.task](data_config)
+  task = TASKS[data_config.task](data_config)
+  for split, arrays in task.splits.items():  # Training or evaluating on nothing is never meant.
+    if not len(arrays["labels"]):
+      raise ValueError(f"The {split} split of {data_config.task} data ({task.source}) has no "
+                       f"examples.")
+  return task
