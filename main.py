@@ -17,11 +17,11 @@ flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.jso
 flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, how many devices the host is split into "
                      "for the data-parallel step. 1, the default: one device, XLA's own "
                      "multithreading, no cross-device collective to time out under load. -1 (one per "
-                     "core, as far as the batch sizes divide) or N: opt-in, 1.2-1.5x faster on 2 idle "
-                     "cores (benchmarks/README.md), but XLA aborts the run when the devices' "
-                     "in-process all-reduce waits over 40 s, as it did at step ~800 with other "
-                     "processes loading the cores; logged as a warning. A resumed run must use the "
-                     "same count to be bit-identical.")
+                     "core, as far as the batch sizes divide) or N: opt-in, 1.2-1.6x faster on 2 idle "
+                     "cores, but XLA aborts the run when the devices' in-process all-reduce waits "
+                     "over 40 s, which happened to 6 of 10 runs beside 3 busy processes "
+                     "(benchmarks/README.md); logged as a warning. A resumed run must use the same "
+                     "count to be bit-identical.")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
                   "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
                   "up to ~5x the step's temporaries in resident memory (given back automatically "

@@ -14,8 +14,9 @@ Arguments `--config.<path>=<value>` are forwarded to every run.
 
 A run counts as ok (rc 0 and a results.json), an abort (any other exit; `rendezvous_aborts` counts
 those whose output names XLA's rendezvous timeout) or a hang (killed at the timeout). Per run it
-records rc, wall time, steps/s and devices from results.json, and the 1-minute load average; the
-tail of a failed run's output is kept. Prints, last, the line
+records rc, wall time, steps/s and devices from results.json, the 1-minute load average and the last
+step train.py logged; of a failed run, XLA's rendezvous lines (if any; with the progress bar's step
+when XLA first reported the wait) and the tail of its output. Prints, last, the line
 
   runs=N load=K aborts=A hangs=H ok=O mean_wall=...s mean_steps_per_sec=...
 
@@ -117,7 +118,17 @@ def one_run(index: int, args, forwarded: list[str]) -> dict:
   with open(log_path, errors="replace") as f:
     output = f.read()
   # XLA's own log line (file:line), not the quotation in spt_jax/distributed.py's opt-in warning.
-  record["rendezvous_timeout"] = re.search(r"rendezvous\.cc:\d+", output) is not None
+  rendezvous = re.search(r"^.*rendezvous\.cc:\d+.*$", output, re.M)
+  record["rendezvous_timeout"] = rendezvous is not None
+  if rendezvous:
+    record["rendezvous_line"] = rendezvous.group(0)[-400:]
+    # The progress bar's last "N/M [" before XLA's first complaint: the step it got stuck at.
+    bars = re.findall(r"(\d+)/\d+ \[", output[:rendezvous.start() + rendezvous.group(0).find("rendezvous.cc")])
+    record["progress_at_rendezvous"] = int(bars[-1]) if bars else None
+    termination = re.search(r"^.*Termination timeout.*$", output, re.M)
+    record["termination_line"] = termination.group(0)[-400:] if termination else None
+  steps = re.findall(r"\] step (\d+)/\d+", output)  # train.py's log lines at each evaluation.
+  record["last_logged_step"] = int(steps[-1]) if steps else None
   if record["outcome"] != "ok":
     record["output_tail"] = output[-3000:]
   shutil.rmtree(workdir, ignore_errors=True)
@@ -189,7 +200,10 @@ def main(argv=None) -> dict:
       records.append(record)
       print(f"[{i + 1}/{args.runs}] {record['outcome']} rc={record['rc']} wall={record['wall_s']:.1f}s "
             f"steps/s={record.get('steps_per_sec') or 0:.2f} devices={record.get('devices')} "
-            f"loadavg={record['load_avg_1m_after']:.1f}", flush=True)
+            f"loadavg={record['load_avg_1m_after']:.1f} last_step={record['last_logged_step']}"
+            + (f" stuck_at_step={record['progress_at_rendezvous']} rendezvous: "
+               f"{record['rendezvous_line'][-160:]}" if record.get("rendezvous_line") else ""),
+            flush=True)
       summary = summarize(args, records, started)
       with open(args.out, "w") as f:
         json.dump({"summary": summary, "forwarded": forwarded, "records": records}, f, indent=1)

@@ -638,8 +638,8 @@ def main(argv=None) -> dict:
   parser.add_argument("--verbose", action="store_true")
   parser.add_argument("--cpu-devices", type=int, default=-1,
                       help="CPU devices the JAX step is data-parallel over, as main.py's "
-                           "--cpu_devices (default -1, as there: one per core; each shape uses as "
-                           "many as its batch divides into)")
+                           "--cpu_devices (default -1: one per core, each shape using as many as "
+                           "its batch divides into; main.py's default is 1)")
   args = parser.parse_args(argv)
   host_memory.retain_freed_memory()  # As main.py does, before JAX's backend starts its threads.
   distributed.use_cpu_devices(

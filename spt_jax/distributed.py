@@ -106,10 +106,11 @@ def cpu_device_count(batch_sizes, cores: int) -> int:
 OPT_IN_RISK = (
     "per-core CPU devices run the data-parallel step with an in-process all-reduce that XLA aborts "
     "after 40 s of waiting (rendezvous.cc: 'Termination timeout for all reduce ... Exiting to ensure "
-    "a consistent program state'): a configs/synthetic_scratch.py run died so at step ~800 while other "
-    "processes loaded the 2 cores (load ~6). Faster on idle cores only (1.2-1.5x on 2 cores, "
-    "benchmarks/README.md); with several runs at once keep the default, --cpu_devices=1. A resumed run "
-    "must use the same device count to be bit-identical.")
+    "a consistent program state') when other processes load the cores: 6 of 10 1000-step "
+    "configs/synthetic_scratch.py runs died so beside 3 busy processes on 2 cores, against 0 of 15 "
+    "with one device. The gain is on idle cores only (1.2-1.6x on 2 cores; none measurable under "
+    "load; benchmarks/README.md). With other work on the machine keep the default, --cpu_devices=1. "
+    "A resumed run must use the same device count to be bit-identical.")
 _warned = False
 
 

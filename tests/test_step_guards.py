@@ -74,6 +74,7 @@ class GuardedSteps:
       record["outputs"] |= {type(leaf) for leaf in jax.tree.leaves(out)}
       return out
 
+    guarded.lower = step.lower  # The trainer's memory check compiles through it before the call.
     return guarded, evaluate
 
 
@@ -146,7 +147,7 @@ if sys.argv[1] == "release":
   assert host_memory.release_if_too_costly(2**27, devices=2, available_bytes=2**30)
   assert not host_memory.retained()
 import jax, jax.numpy as jnp
-# One call in flight, as with per-core devices (main.py's default): under asynchronous dispatch the
+# One call in flight, as with per-core devices (main.py --cpu_devices=-1): under asynchronous dispatch the
 # next call's block can be allocated before the last one is freed, and the heap takes a few calls
 # more to hold both.
 jax.config.update("jax_cpu_enable_async_dispatch", False)
