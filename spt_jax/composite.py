@@ -331,7 +331,7 @@ def build(config, phase: str, task) -> Composite:
   encoder = transformer.Encoder(
       task.vocab.size, task.max_length + (m.pooling == "cls"), m.num_layers, m.d_model,
       m.num_heads, m.d_ff, m.dropout_rate, m.position, m.activation, jnp.dtype(m.dtype),
-      m.attention, m.attention_block_size)
+      m.attention, m.attention_block_size, m.get("remat", "none"))
   heads = PretrainHeads(losses=tuple(c.losses), vocab_size=task.vocab.size,
                         random_classes=c.random_classes,
                         projection_dim=c.projection_dim or m.d_model,

@@ -20,6 +20,8 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
       position="sinusoidal", pooling="mean", activation="gelu", dtype="float32",
       attention="auto",             # see spt_jax.models.attention.IMPLEMENTATIONS
       attention_block_size=512,
+      remat="none",                 # 'layer': recompute each layer in the backward pass, for memory
+                                    # (spt_jax/models/transformer.py); accelerators rarely need it
       pair_features="uvmd"))        # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
   c.update(overrides)
   return c
@@ -126,6 +128,7 @@ def validate(config, device_count: int) -> None:
   _one_of(m.activation, tuple(transformer.ACTIVATIONS), "model.activation")
   _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
   _one_of(m.attention, attention.IMPLEMENTATIONS, "model.attention")
+  _one_of(m.remat, transformer.REMATS, "model.remat")
   _one_of(m.pair_features, tuple(transformer.PAIR_FEATURES), "model.pair_features")
   for key in ("num_layers", "d_model", "num_heads", "d_ff"):
     _positive(m[key], f"model.{key}")

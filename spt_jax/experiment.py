@@ -46,6 +46,11 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
                 "eval_batch_size")
 
 
+# Fields added after workdirs were written, with the value that computes what those workdirs did: a
+# workdir recorded without one matches a config that has this value.
+_ADDED_FIELDS = {"model.remat": "none"}
+
+
 def data_section(config, phase: str) -> str:
   """The top-level config section holding phase `phase`'s data (cross-task SPT uses another one)."""
   return config[phase].data or "data"
@@ -72,6 +77,8 @@ def check_workdir_config(config, name: str, phase_dir: str) -> None:
     return
   with open(path) as f:
     saved = _phase_view(ml_collections.ConfigDict(json.load(f)), name)
+  for key, value in _ADDED_FIELDS.items():
+    saved.setdefault(key, value)
   current = _phase_view(config, name)
   diff = [f"{k}: {saved.get(k, '<absent>')!r} in the workdir, {current.get(k, '<absent>')!r} now"
           for k in sorted(saved.keys() | current.keys()) if saved.get(k) != current.get(k)]

@@ -24,11 +24,13 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import checkpoints, faults, host_memory, init_from, objectives, optim, param_groups, tree
+from spt_jax import (checkpoints, faults, host_memory, init_from, objectives, optim, param_groups,
+                     preflight, tree)
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
+from spt_jax.models import transformer
 from spt_jax.models.transformer import SequenceModel
 
 
@@ -48,7 +50,8 @@ def build_model(model_cfg, task: TaskData, objective) -> SequenceModel:
       d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
       dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
       activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype),
-      attention=model_cfg.attention, attention_block_size=model_cfg.attention_block_size)
+      attention=model_cfg.attention, attention_block_size=model_cfg.attention_block_size,
+      remat=model_cfg.get("remat", "none"))  # runs from before the field: none
 
 
 def model_and_init(config, name: str, task: TaskData):
@@ -105,7 +108,8 @@ def make_steps(model, objective, tx, trainable, mesh):
     return metrics
 
   train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
-                  out_shardings=(replicated, replicated), donate_argnums=(0,))
+                  out_shardings=(replicated, replicated), donate_argnums=(0,),
+                  compiler_options=transformer.step_compiler_options(model.remat))
   evaluate = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
                      out_shardings=replicated)
   return train, evaluate
@@ -116,18 +120,43 @@ def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
-def first_call_checks_host_memory(step, mesh):
-  """Wraps the jitted `step` so that its first call, on the CPU backend with `host_memory`'s retained
-  heap in effect, reads the compiled step's temporaries (the compilation that call needs anyway)
-  and gives the heap back to glibc's defaults if keeping them could exhaust the host's memory."""
-  unchecked = [host_memory.retained() and jax.default_backend() == "cpu"]
+def abstract_like(tree, batch_scale: float = 1.0):
+  """Shapes and dtypes of `tree` (the steps' in_shardings place them); with `batch_scale`, the
+  leading axis scaled (a batch)."""
+  def spec(x):
+    shape = x.shape if batch_scale == 1.0 else (int(x.shape[0] * batch_scale),) + x.shape[1:]
+    return jax.ShapeDtypeStruct(shape, x.dtype)
+  return jax.tree.map(spec, tree)
+
+
+def first_call_checks_memory(step, mesh, config, name: str, rebuild=None):
+  """Wraps the jitted `step(state, batch, rng)` so that its first call compiles it (the compilation
+  that call needs anyway) and, before running it, stops the run if the step cannot fit in memory
+  (`preflight.check_step_memory`; each remedy estimated by compiling the step that `rebuild(config)`
+  makes for the changed config, or `step` itself at a smaller batch). On the CPU backend with
+  `host_memory`'s retained heap in effect, the heap goes back to glibc's defaults if keeping the
+  step's temporaries could exhaust the host's memory."""
+  unchecked = [True]
 
   def checked(*args):
     if unchecked[0]:
       unchecked[0] = False
-      memory = step.lower(*args).compile().memory_analysis()
-      temp = getattr(memory, "temp_size_in_bytes", 0) if memory is not None else 0
-      host_memory.release_if_too_costly(temp, devices=len(mesh.local_devices))
+      devices = mesh.local_devices
+      start = time.perf_counter()
+      memory = preflight.StepMemory.of(step.lower(*args).compile(), devices)
+      compile_s = time.perf_counter() - start
+
+      def estimate(remedy):
+        variant = step if remedy.config is None or rebuild is None else rebuild(remedy.config)
+        state, batch, rng = args
+        return preflight.StepMemory.of(variant.lower(
+            abstract_like(state), abstract_like(batch, remedy.batch_scale), abstract_like(rng)
+        ).compile(), devices)
+
+      preflight.check_step_memory(name, memory, devices, config, args[1]["inputs"].shape[-1],
+                                  estimate, compile_s)
+      if host_memory.retained() and jax.default_backend() == "cpu":
+        host_memory.release_if_too_costly(memory.temporaries, devices=len(devices))
     return step(*args)
 
   return checked
@@ -242,12 +271,15 @@ class LoopResult:
 
 
 def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, evaluate, writer,
-               selection: str, wall_start: float, *, after_step=None, on_log=None) -> LoopResult:
+               selection: str, wall_start: float, *, after_step=None, on_log=None,
+               eta_check=None) -> LoopResult:
   """Steps `setup.start + 1 .. steps`: log every cfg.log_every_steps, validate (and keep the best
   checkpoint on `selection`) every cfg.eval_every_steps, save the latest every
   cfg.checkpoint_every_steps, and at the last step. `step_fn(state, batch, step)` → (state, metrics);
   `on_log(step, summary)` runs at each log and may return progress-bar fields; `after_step(step,
-  state)` after each step's logging, before its evaluation."""
+  state)` after each step's logging, before its evaluation; `eta_check(step, steps_per_sec)`
+  (preflight.EtaCheck) once, with the rate of the training steps after the compiled first one, timed
+  until preflight.ETA_PROBE_STEPS of them or ETA_PROBE_S seconds have passed."""
   ckpts, schedule = setup.ckpts, setup.schedule
   state, start = setup.state, setup.start
 
@@ -260,6 +292,7 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
                   dynamic_ncols=True)
   pending, window_start, window_step = [], time.time(), start
   compiled, timed_from, train_seconds = False, start, 0.0
+  eta_probe = None  # (time, step) the ETA's timing starts from, until eta_check has had its rate
   val_metrics = {}
   for step in range(start + 1, steps + 1):
     state, metrics = step_fn(state, next(batches), step)
@@ -268,6 +301,13 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
       jax.block_until_ready(metrics)
       compiled, timed_from, window_start, window_step = True, step, time.time(), step
       pending = [jax.device_get(metrics)]
+      eta_probe = (window_start, step) if eta_check is not None else None
+    elif eta_probe is not None:
+      jax.block_until_ready(metrics)  # Synchronous while probing, so that timed steps have run.
+      elapsed = time.time() - eta_probe[0]
+      if step - eta_probe[1] >= preflight.ETA_PROBE_STEPS or elapsed >= preflight.ETA_PROBE_S:
+        eta_check(step, (step - eta_probe[1]) / max(elapsed, 1e-9))
+        eta_probe = None
     bar.update(1)
     is_eval = step % cfg.eval_every_steps == 0 or step == steps
     is_ckpt = step % cfg.checkpoint_every_steps == 0 or step == steps
@@ -301,6 +341,7 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
       writer.flush()
     if is_eval or is_ckpt:
       window_start = time.time()  # Throughput windows measure training steps only.
+      eta_probe = (window_start, step) if eta_probe is not None else None
   bar.close()
   ckpts.wait()
   timed_steps = steps - timed_from
@@ -394,7 +435,10 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(model, objective, setup.tx, setup.trainable, mesh)
-  train_step = first_call_checks_host_memory(train_step, mesh)
+  train_step = first_call_checks_memory(
+      train_step, mesh, config, name,
+      rebuild=lambda changed: make_steps(build_model(changed.model, task, objective), objective,
+                                         setup.tx, setup.trainable, mesh)[0])
   batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
@@ -414,6 +458,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Train loop and final test
   loop = train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
-                    objective.selection_metric, wall_start, after_step=after_step, on_log=on_log)
+                    objective.selection_metric, wall_start, after_step=after_step, on_log=on_log,
+                    eta_check=preflight.EtaCheck(config, name, steps, workdir))
   return finish_phase(name, cfg, steps, setup, loop, evaluate, writer, objective.selection_metric,
                       wall_start, phase_dir, task.source)

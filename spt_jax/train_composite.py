@@ -38,11 +38,12 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import composite, grap, train
+from spt_jax import composite, grap, preflight, train
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter
+from spt_jax.models import transformer
 
 
 # ---------------------------------------------------------------------------------------- Data
@@ -152,7 +153,8 @@ def make_steps(comp: composite.Composite, weighting: grap.Weighting, tx, trainab
     return metrics
 
   train_fn = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
-                     out_shardings=(replicated, replicated, replicated), donate_argnums=(0,))
+                     out_shardings=(replicated, replicated, replicated), donate_argnums=(0,),
+                     compiler_options=transformer.step_compiler_options(comp.encoder.remat))
   eval_fn = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
                     out_shardings=replicated)
   return train_fn, eval_fn
@@ -228,7 +230,10 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(comp, weighting, setup.tx, setup.trainable, mesh)
-  train_step = train.first_call_checks_host_memory(train_step, mesh)
+  train_step = train.first_call_checks_memory(
+      train_step, mesh, config, name,
+      rebuild=lambda changed: make_steps(composite.build(changed, name, task), weighting, setup.tx,
+                                         setup.trainable, mesh)[0])
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
@@ -255,7 +260,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
 
   # ---------------------------------------------------------------- Train loop and final test
   loop = train.train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
-                          comp.selection_metric, wall_start, on_log=on_log)
+                          comp.selection_metric, wall_start, on_log=on_log,
+                          eta_check=preflight.EtaCheck(config, name, steps, workdir))
   weight_rows = read_weight_rows(phase_dir)
   if jax.process_index() == 0:
     plot_weights(phase_dir, comp.losses, f"{name}: {weighting.method} weights")

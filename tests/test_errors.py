@@ -1,4 +1,5 @@
 """Bad input gets an error that names the culprit, and nothing on disk is overwritten."""
+import json
 import os
 import shutil
 
@@ -177,3 +178,19 @@ def test_an_empty_split_is_refused_naming_it(tmp_path, tiny_spt):
   tiny_spt.data.generator.num_val = 0
   with pytest.raises(ValueError, match=r"The val split of listops data \(.*\) has no examples"):
     experiment.run(tiny_spt, str(tmp_path / "w"))
+
+
+def test_a_workdir_from_before_a_new_field_still_matches(tmp_path, cache_dir, spt_run):
+  """`model.remat` came later: a workdir recorded without it is the config with remat='none'."""
+  workdir = str(tmp_path / "w")
+  shutil.copytree(spt_run[0], workdir)
+  for phase in ("pretrain", "finetune"):
+    path = os.path.join(workdir, phase, "config.json")
+    saved = json.load(open(path))
+    del saved["model"]["remat"]
+    json.dump(saved, open(path, "w"))
+  config = tiny(load_config("listops_spt"), cache_dir)
+  assert experiment.run(config, workdir)["finetune"] == spt_run[2]["finetune"]
+  config.model.remat = "layer"
+  with pytest.raises(ValueError, match=r"model.remat: 'none' in the workdir, 'layer' now"):
+    experiment.run(config, workdir)

@@ -7,10 +7,17 @@ Parameter layout (what freezing and partial loading patterns address):
   encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
   encoder/final_norm
   mlm_head/{kernel,bias}        or        classifier/{kernel,bias}
+
+`remat='layer'` recomputes each encoder layer's activations in the backward pass from the layer's
+input (`nn.remat`, nothing saved inside the layer): the same values and parameter paths, the step's
+activation memory about one layer's instead of all layers', for a second forward pass per layer. Off
+by default: accelerators usually have the memory to keep every layer's activations, and a CPU run
+that does not is stopped before its first step with this among the remedies (spt_jax/preflight.py).
 """
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,6 +31,9 @@ HEADS = ("mlm", "classifier")
 INPUT_KINDS = ("tokens", "pixels")
 PAIR_FEATURES = {"uvmd": "[u, v, u*v, u-v]", "uv": "[u, v] (LRA)"}
 ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu}
+# Rematerialisation: 'none' keeps every layer's activations for the backward pass, 'layer' keeps only
+# each layer's input and recomputes the rest (the module docstring).
+REMATS = ("none", "layer")
 
 
 def sinusoidal_encoding(length: int, d_model: int) -> np.ndarray:
@@ -58,7 +68,7 @@ class EncoderBlock(nn.Module):
   attention_block_size: int = 512
 
   @nn.compact
-  def __call__(self, x, mask, *, train: bool):
+  def __call__(self, x, mask, train: bool):  # `train` positional: nn.remat's static_argnums
     drop = nn.Dropout(self.dropout_rate, deterministic=not train)
     h = nn.LayerNorm(name="norm_attention")(x)
     h = MultiHeadAttention(self.num_heads, self.dropout_rate, self.dtype, self.attention,
@@ -67,6 +77,28 @@ class EncoderBlock(nn.Module):
     h = nn.LayerNorm(name="norm_mlp")(x)
     h = MLP(self.d_ff, self.activation, self.dtype, name="mlp")(h)
     return x + drop(h)
+
+
+def encoder_block(remat: str):
+  """The layer class for `remat`; the wrapped one keeps the module name, hence parameter paths."""
+  if remat == "none":
+    return EncoderBlock
+  if remat == "layer":
+    # Nothing inside the layer is saved: a policy that saves matmul outputs would keep the MLP's
+    # [B, L, d_ff] activations, the largest of a layer's residents.
+    return nn.remat(EncoderBlock, static_argnums=(3,),
+                    policy=jax.checkpoint_policies.nothing_saveable)
+  raise ValueError(f"remat={remat!r} must be one of {REMATS}.")
+
+
+def step_compiler_options(remat: str) -> dict[str, str]:
+  """XLA options for the train step of a model with `remat`. jax.checkpoint keeps a recomputation
+  apart from the forward pass with optimization barriers; XLA:CPU expands them early (its
+  `cse_barrier_expander` pass), after which CSE merges the two and the step keeps every layer's
+  activations as without remat. Skipping that pass keeps the barriers (other backends keep them)."""
+  if remat == "none" or jax.default_backend() != "cpu":
+    return {}
+  return {"xla_disable_hlo_passes": "cse_barrier_expander"}
 
 
 class Encoder(nn.Module):
@@ -82,6 +114,7 @@ class Encoder(nn.Module):
   dtype: jnp.dtype = jnp.float32
   attention: str = "auto"
   attention_block_size: int = 512
+  remat: str = "none"
 
   @nn.compact
   def __call__(self, inputs, mask, *, train: bool):
@@ -105,10 +138,10 @@ class Encoder(nn.Module):
     elif self.position != "none":
       raise ValueError(f"position={self.position!r} must be one of {POSITIONS}.")
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x.astype(self.dtype))
+    block = encoder_block(self.remat)
     for i in range(self.num_layers):
-      x = EncoderBlock(self.num_heads, self.d_ff, self.dropout_rate, self.activation, self.dtype,
-                       self.attention, self.attention_block_size, name=f"layer_{i}")(
-                           x, mask, train=train)
+      x = block(self.num_heads, self.d_ff, self.dropout_rate, self.activation, self.dtype,
+                self.attention, self.attention_block_size, name=f"layer_{i}")(x, mask, train)
     return nn.LayerNorm(name="final_norm")(x).astype(jnp.float32)
 
 
@@ -155,6 +188,7 @@ class SequenceModel(nn.Module):
   dtype: jnp.dtype = jnp.float32
   attention: str = "auto"
   attention_block_size: int = 512
+  remat: str = "none"
 
   @nn.compact
   def __call__(self, inputs, *, train: bool = False, pixel_mask=None):
@@ -181,7 +215,7 @@ class SequenceModel(nn.Module):
     h = Encoder(self.vocab_size, self.max_length + (self.pooling == "cls"), self.num_layers,
                 self.d_model, self.num_heads, self.d_ff, self.dropout_rate, self.position,
                 self.activation, self.dtype, self.attention, self.attention_block_size,
-                name="encoder")(inputs, mask, train=train)
+                self.remat, name="encoder")(inputs, mask, train=train)
     if self.head == "mlm":
       logits = Dense(self.mlm_outputs or self.vocab_size, name="mlm_head")(h)
       if self.pooling == "cls":
