@@ -4,12 +4,13 @@ Config variants after a colon (`configs/listops_spt.py:smoke`); any field can be
 `--config.<path>=<value>` (e.g. `--config.pretrain.num_steps=100`). Re-running the same command on the
 same workdir resumes where the run stopped.
 """
+import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from spt_jax import distributed, experiment, host_memory
+from spt_jax import checkpoints, distributed, experiment, host_memory
 
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
@@ -46,7 +47,12 @@ def main(argv):
     # Bad input (a config value, a data file, a checkpoint, a workdir) is reported in one message
     # that names the culprit; the traceback stays available for debugging.
     logging.vlog(1, "Traceback of the error below:", exc_info=True)
-    sys.exit(f"error: {e}\n(--verbosity=1 shows the traceback)")
+    print(f"error: {e}\n(--verbosity=1 shows the traceback)", file=sys.stderr, flush=True)
+    if isinstance(e, checkpoints.DamagedCheckpointError):
+      # Nothing is being written (restores come before training), but TensorStore threads of the
+      # abandoned reads would print tracebacks into the interpreter's shutdown: leave at once.
+      os._exit(1)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,14 @@ it with no target on any device count (README: "Parameters and checkpoints").
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pathlib
 import shutil
 import sys
+import time
 import zlib
 from typing import Any
 
@@ -74,6 +77,26 @@ def _quiet_orbax_coroutines() -> None:
     previous(unraisable)
   hook.spt_jax_quiet = True
   sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def _echoes_of_failed_reads_dropped(settle_s: float = 0.3):
+  """When a read fails, TensorStore's callbacks for the reads it abandoned still arrive, on their
+  own threads, into the event loop Orbax has closed, and Python prints a traceback for each. The
+  failure itself is reported once, with its path; what the read printed is kept only if it
+  succeeded."""
+  captured = io.StringIO()
+  original = sys.stderr
+  sys.stderr = captured
+  try:
+    yield
+  except BaseException:
+    time.sleep(settle_s)  # Let the stray callbacks land while they are still captured.
+    raise
+  else:
+    original.write(captured.getvalue())
+  finally:
+    sys.stderr = original
 
 
 # ------------------------------------------------------------------------------------- Checksums
@@ -288,7 +311,8 @@ class PhaseCheckpoints:
     damaged = []
     for step in reversed(self.latest_steps()):
       try:
-        params_, opt_state_, meta = self._read_latest(step, params, opt_state)
+        with _echoes_of_failed_reads_dropped():
+          params_, opt_state_, meta = self._read_latest(step, params, opt_state)
       except DamagedCheckpointError as e:
         logging.warning("Checkpoint %s is damaged: %s; trying the previous one.", e.path, e.reason)
         damaged.append((step, e))

@@ -18,13 +18,9 @@ PHASE = "pretrain"
 
 
 def _data_files(item_dir):
-  """The files holding the arrays' bytes (OCDBT's per-process data files)."""
-  return sorted(glob.glob(os.path.join(item_dir, "ocdbt.process_*", "d", "*")),
-                key=os.path.getsize)
-
-
-def _largest_data_file(item_dir):
-  return _data_files(item_dir)[-1]
+  """Every OCDBT data file of an item: the arrays' bytes sit in the per-process files or, once
+  Orbax has merged them, in the item's own `d/` (which one varies from save to save)."""
+  return sorted(glob.glob(os.path.join(item_dir, "**", "d", "*"), recursive=True))
 
 
 def _truncate(step_dir):
@@ -34,17 +30,29 @@ def _truncate(step_dir):
 
 
 def _flip_bit(step_dir):
-  path = _largest_data_file(os.path.join(step_dir, "params"))
-  data = bytearray(open(path, "rb").read())
-  data[len(data) // 2] ^= 0x10
-  open(path, "wb").write(bytes(data))
+  for path in _data_files(os.path.join(step_dir, "params")):
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x10
+    open(path, "wb").write(bytes(data))
 
 
 def _random_bytes(step_dir):
-  path = _largest_data_file(os.path.join(step_dir, "params"))
-  data = bytearray(open(path, "rb").read())
-  data[len(data) // 3:len(data) // 3 + 64] = np.random.default_rng(0).bytes(64)
-  open(path, "wb").write(bytes(data))
+  for path in _data_files(os.path.join(step_dir, "params")):
+    data = bytearray(open(path, "rb").read())
+    start = len(data) // 3
+    count = min(64, len(data) - start)
+    data[start:start + count] = np.random.default_rng(0).bytes(count)
+    open(path, "wb").write(bytes(data))
+
+
+def _silently_rewritten(step_dir):
+  """Valid Orbax data with one value changed: only the checksums can tell."""
+  item = os.path.abspath(os.path.join(step_dir, "params"))
+  params = ocp.StandardCheckpointer().restore(item)
+  params["encoder"]["final_norm"]["bias"] = params["encoder"]["final_norm"]["bias"] + 1e-3
+  shutil.rmtree(item)
+  with ocp.StandardCheckpointer() as ckptr:
+    ckptr.save(item, params)
 
 
 def _garbage_meta(step_dir):
@@ -62,14 +70,16 @@ def _meta_without_key(step_dir):
 
 
 DAMAGES = {
-    "truncated data file": (_truncate, "unreadable"),
+    "truncated data files": (_truncate, "unreadable|not a readable"),
     "manifest.ocdbt deleted": (lambda d: os.remove(os.path.join(d, "params", "manifest.ocdbt")),
                                "unreadable|not a readable Orbax checkpoint item"),
     "_METADATA deleted": (lambda d: os.remove(os.path.join(d, "params", "_METADATA")), "params"),
     "garbage meta": (_garbage_meta, "meta is damaged: unreadable"),
     "meta lacking a key": (_meta_without_key, "lacks ['best_value']"),
-    "one flipped bit": (_flip_bit, "checksum mismatch|unreadable"),
-    "64 random bytes": (_random_bytes, "checksum mismatch|unreadable"),
+    "one flipped bit": (_flip_bit, "checksum mismatch|unreadable|not a readable"),
+    "64 random bytes": (_random_bytes, "checksum mismatch|unreadable|not a readable"),
+    "params silently rewritten": (_silently_rewritten, "checksum mismatch in 1 array(s), e.g. "
+                                                       "encoder/final_norm/bias"),
     "checksums deleted": (lambda d: shutil.rmtree(os.path.join(d, "checksums")), "no checksums"),
 }
 
@@ -177,8 +187,11 @@ def test_a_damaged_best_checkpoint_is_never_evaluated(tmp_path, spt_run):
   best = os.path.join(spt_run[0], PHASE, "checkpoints", "best")
   step_dir = str(tmp_path / "best")
   shutil.copytree(os.path.join(best, max(os.listdir(best), key=int)), step_dir)
+  _silently_rewritten(step_dir)
+  with pytest.raises(checkpoints.DamagedCheckpointError, match="checksum mismatch"):
+    checkpoints.restore_item(os.path.join(step_dir, "params"))
   _flip_bit(step_dir)
-  with pytest.raises(checkpoints.DamagedCheckpointError, match="checksum mismatch|unreadable"):
+  with pytest.raises(checkpoints.DamagedCheckpointError):
     checkpoints.restore_item(os.path.join(step_dir, "params"))
 
 

@@ -284,6 +284,7 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
       if int(state.step) == 13:
         raise KeyboardInterrupt("simulated crash")
       return step(state, *rest)
+    crash_after_first_checkpoint.lower = step.lower  # The trainer's memory check compiles through it.
     return crash_after_first_checkpoint, evaluate
   workdir = str(tmp_path / "interrupted")
   monkeypatch.setattr(train_composite, "make_steps", crashing_make_steps)
