@@ -107,27 +107,15 @@ def host_copy(x) -> np.ndarray:
   return np.asarray(x)
 
 
-def _path_name(path) -> str:
-  """'/'-joined keys, the same whether a node is a named tuple (as optax builds its state) or the
-  dict or list Orbax restores it as without a target."""
-  parts = []
-  for key in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        parts.append(str(getattr(key, attr)))
-        break
-    else:
-      parts.append(str(key))
-  return "/".join(parts)
-
-
 def leaf_checksums(host_tree) -> dict[str, int]:
-  """CRC-32 of each leaf's bytes (plus its shape and dtype), keyed by the leaf's tree path."""
+  """CRC-32 of each leaf's bytes (plus its shape and dtype), keyed by its '/'-joined path: the same
+  whether a node is a named tuple (as optax builds its state) or the dict or list Orbax restores it
+  as without a target."""
   out = {}
-  for path, leaf in jax.tree_util.tree_leaves_with_path(host_tree):
+  for path, leaf in tree.flatten(host_tree).items():
     leaf = np.ascontiguousarray(leaf)
     crc = zlib.crc32(f"{leaf.shape}{leaf.dtype.name}".encode())
-    out[_path_name(path)] = zlib.crc32(leaf.reshape(-1).view(np.uint8), crc)
+    out[path] = zlib.crc32(leaf.reshape(-1).view(np.uint8), crc)
   return out
 
 
