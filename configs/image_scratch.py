@@ -4,9 +4,9 @@ r"""LRA Image (CIFAR-10, grayscale, 1024 pixels as continuous 2-channel inputs; 
   python main.py --config=configs/image_scratch.py:smoke --workdir=/tmp/image_scratch_smoke
 
 Data: TFDS cifar10 prepared in array_record format under --config.data.data_dir; val = last 10% of train.
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), App. C, as tabulated in
-spt_jax/config_lib.py (LRA["image"]): model size, batch sizes, epochs, learning rates, masking rate
-and pooling; AdamW (0.9, 0.999), linear warmup then constant, pre-LN, sinusoidal positions, dropout 0.
+Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
+docs/configs.md#image, row by row with the source of each value (spt_jax/lra_table.py: the paper
+for masking rates and learning rates, their code at file:line for the rest).
 """
 from spt_jax import config_lib
 

@@ -15,8 +15,8 @@ downstream probe trained on the training labels. The fine-tune loads the encoder
 from spt_jax import composite, config_lib, sweep
 
 # The pretraining settings carried over from listops_spt.py into the composite phase.
-_CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "eval_every_steps",
-            "checkpoint_every_steps")
+_CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "weight_decay",
+            "weight_decay_on", "eval_every_steps", "checkpoint_every_steps")
 
 
 def get_config(arg=None):

@@ -4,9 +4,9 @@ r"""LRA Pathfinder (32x32, contour length 14, 1024 pixels), with self-pretrainin
   python main.py --config=configs/pathfinder_spt.py:smoke --workdir=/tmp/pathfinder_spt_smoke
 
 Data: generated once into ~/.cache/spt_jax (spt_jax/data/pathfinder.py), or the LRA release via --config.data.data_dir=/path/to/lra_release (holding pathfinder32/).
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), App. C, as tabulated in
-spt_jax/config_lib.py (LRA["pathfinder"]): model size, batch sizes, epochs, learning rates, masking rate
-and pooling; AdamW (0.9, 0.999), linear warmup then constant, pre-LN, sinusoidal positions, dropout 0.
+Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
+docs/configs.md#pathfinder, row by row with the source of each value (spt_jax/lra_table.py: the paper
+for masking rates and learning rates, their code at file:line for the rest).
 """
 from spt_jax import config_lib
 

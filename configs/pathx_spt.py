@@ -4,9 +4,9 @@ r"""LRA Path-X (Pathfinder 128x128, contour length 14, length 16,384; block-loca
   python main.py --config=configs/pathx_spt.py:smoke --workdir=/tmp/pathx_spt_smoke
 
 Data: generated once into ~/.cache/spt_jax, or the LRA release via --config.data.data_dir (holding pathfinder128/).
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), App. C, as tabulated in
-spt_jax/config_lib.py (LRA["pathx"]): model size, batch sizes, epochs, learning rates, masking rate
-and pooling; AdamW (0.9, 0.999), linear warmup then constant, pre-LN, sinusoidal positions, dropout 0.
+Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
+docs/configs.md#pathx, row by row with the source of each value (spt_jax/lra_table.py: the paper
+for masking rates and learning rates, their code at file:line for the rest).
 """
 from spt_jax import config_lib
 

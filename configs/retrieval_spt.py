@@ -4,9 +4,9 @@ r"""LRA Retrieval (ACL Anthology Network document pairs, byte level, 4000 per do
   python main.py --config=configs/retrieval_spt.py:smoke --workdir=/tmp/retrieval_spt_smoke
 
 Data: the LRA release: --config.data.data_dir=/path/to/lra_release (holding tsv_data/new_aan_pairs.*.tsv); the smoke variant reads the bundled fixture tests/fixtures/lra_release.
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), App. C, as tabulated in
-spt_jax/config_lib.py (LRA["retrieval"]): model size, batch sizes, epochs, learning rates, masking rate
-and pooling; AdamW (0.9, 0.999), linear warmup then constant, pre-LN, sinusoidal positions, dropout 0.
+Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
+docs/configs.md#retrieval, row by row with the source of each value (spt_jax/lra_table.py: the paper
+for masking rates and learning rates, their code at file:line for the rest).
 """
 from spt_jax import config_lib
 

@@ -4,9 +4,9 @@ r"""LRA Text (IMDB reviews, byte level, length 4096), from scratch (the fine-tun
   python main.py --config=configs/text_scratch.py:smoke --workdir=/tmp/text_scratch_smoke
 
 Data: TFDS imdb_reviews prepared in array_record format under --config.data.data_dir (default ~/tensorflow_datasets).
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), App. C, as tabulated in
-spt_jax/config_lib.py (LRA["text"]): model size, batch sizes, epochs, learning rates, masking rate
-and pooling; AdamW (0.9, 0.999), linear warmup then constant, pre-LN, sinusoidal positions, dropout 0.
+Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
+docs/configs.md#text, row by row with the source of each value (spt_jax/lra_table.py: the paper
+for masking rates and learning rates, their code at file:line for the rest).
 """
 from spt_jax import config_lib
 

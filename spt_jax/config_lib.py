@@ -22,7 +22,9 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
       attention_block_size=512,
       remat="none",                 # 'layer': recompute each layer in the backward pass, for memory
                                     # (spt_jax/models/transformer.py); accelerators rarely need it
-      pair_features="uvmd"))        # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
+      pair_features="uvmd",         # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
+      classifier="linear",          # 'linear' or 'mlp' (Dense(d_model), activation, Dense(classes))
+      classifier_activation="relu"))  # the mlp head's hidden activation
   c.update(overrides)
   return c
 
@@ -46,6 +48,7 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       schedule="constant",          # 'constant' | 'cosine' | 'linear' after the linear warmup
       end_lr_ratio=0.0,             # final lr / peak lr for cosine and linear
       weight_decay=0.01,
+      weight_decay_on="matrices",   # 'matrices' (kernels, embeddings) or 'all' (biases, norms too)
       b1=0.9, b2=0.999, eps=1e-8,
       grad_clip_norm=0.0,           # 0: no clipping (as Amos et al.)
       log_every_steps=50,
@@ -130,6 +133,8 @@ def validate(config, device_count: int) -> None:
   _one_of(m.attention, attention.IMPLEMENTATIONS, "model.attention")
   _one_of(m.remat, transformer.REMATS, "model.remat")
   _one_of(m.pair_features, tuple(transformer.PAIR_FEATURES), "model.pair_features")
+  _one_of(m.classifier, transformer.CLASSIFIERS, "model.classifier")
+  _one_of(m.classifier_activation, tuple(transformer.ACTIVATIONS), "model.classifier_activation")
   for key in ("num_layers", "d_model", "num_heads", "d_ff"):
     _positive(m[key], f"model.{key}")
   if m.d_model % m.num_heads:
@@ -154,6 +159,7 @@ def validate(config, device_count: int) -> None:
       raise ValueError(f"config.{name}.init_from.{e}") from None
     _one_of(p.objective, objectives.OBJECTIVES, f"{name}.objective")
     _one_of(p.schedule, optim.SCHEDULES, f"{name}.schedule")
+    _one_of(p.weight_decay_on, optim.DECAY_TARGETS, f"{name}.weight_decay_on")
     _one_of(p.pixel_loss, objectives.PIXEL_LOSSES, f"{name}.pixel_loss")
     if p.data and (p.data not in config or "task" not in config[p.data]):
       raise ValueError(f"config.{name}.data={p.data!r} must name a top-level data section of the "
@@ -218,7 +224,10 @@ def retrieval_data(**overrides) -> ml_collections.ConfigDict:
 def image_data(**overrides) -> ml_collections.ConfigDict:
   """CIFAR-10 from TFDS, grayscale, 1024 pixels; 'pixels' (continuous) or 'tokens' (LRA)."""
   c = ml_collections.ConfigDict(dict(task="image", data_dir="", representation="pixels",
-                                     max_length=1024))
+                                     max_length=1024,
+                                     # Pixels enter as (x - mean) / std: Amos et al.'s statistics
+                                     # of grayscale CIFAR-10 (docs/configs.md#image).
+                                     pixel_mean=122.6, pixel_std=61.0))
   c.update(overrides)
   return c
 
@@ -230,6 +239,7 @@ def pathfinder_data(resolution: int = 32, **overrides) -> ml_collections.ConfigD
       task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
       resolution=resolution, difficulty="hard", representation="pixels",
       max_length=resolution * resolution,
+      pixel_mean=127.5, pixel_std=127.5,  # (x / 255 - 0.5) / 0.5, as Amos et al.
       generator=ml_collections.ConfigDict(dict(num_images=200_000, seed=0))))
   c.update(overrides)
   return c
@@ -265,57 +275,45 @@ def smoke(config) -> None:
                         checkpoint_every_steps=20)
 
 
-def listops_finetune() -> ml_collections.ConfigDict:
-  """Amos et al.'s ListOps fine-tuning phase, shared by the SPT and from-scratch configs."""
-  return phase_config("classification", learning_rate=1e-4, num_epochs=100.0, warmup_steps=1000,
-                      eval_every_steps=3000, checkpoint_every_steps=1000)
+def parse_variants(arg, known, name: str) -> set[str]:
+  """The comma-separated variants in a config's `arg` (e.g. 'smoke,from_pathfinder'); an unknown
+  one is an error naming the config."""
+  variants = set(filter(None, (arg or "").split(",")))
+  if variants - set(known):
+    raise ValueError(f"Unknown variant(s) {sorted(variants - set(known))} for {name}; known: "
+                     f"{sorted(known)} (combine with commas, e.g. 'smoke,from_pathfinder').")
+  return variants
 
 
 def apply_variant(config, arg, filename: str) -> None:
   known = ("smoke", "cpu") if config.data.task == "synthetic" else ("smoke",)
-  if arg == "smoke":
+  variants = parse_variants(arg, known, filename)
+  if len(variants) > 1:
+    raise ValueError(f"{filename} takes one variant at a time, got {arg!r}.")
+  if "smoke" in variants:
     smoke(config)
-  elif arg == "cpu" and "cpu" in known:
+  elif "cpu" in variants:
     # Sweep-sized: fine-tuning stops at 1500 steps, where SPT and scratch differ most; 5 SPT epochs
     # is the shortest pretraining that reached 90% within that budget for every seed
     # (docs/synthetic_task.md, pretraining-length sweep).
     config.finetune.num_steps = 1500
     if "pretrain" in config:
       config.pretrain.num_epochs = 5.0
-  elif arg:
-    raise ValueError(f"Unknown variant {arg!r} for {filename}; known variants: {known}.")
 
 
 def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x_label: str = "",
-                 metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9):
+                 metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9,
+                 output: str = ""):
   """A sweep config for `python -m spt_jax.sweep` (fields: see spt_jax/sweep.py's docstring)."""
   return ml_collections.ConfigDict(dict(
       base=base, runs=tuple(runs), title=title, seeds=tuple(seeds), x_values=tuple(x_values),
-      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to)))
+      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to), output=output))
 
 
-# Amos et al. (ICLR 2024), App. C, Transformer settings per LRA task (the brief's table): model size,
-# batch, epochs and learning rates for pretraining (PT) and fine-tuning (FT), masking rate, pooling.
-# Warmup lengths are not given in the paper; 1000 steps is ours.
-LRA = {
-    "text": dict(data=text_data, model=dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048),
-                 mask_rate=0.15, batch=(32, 32), epochs=(32, 65), lr=(5e-4, 1e-4), pooling="mean"),
-    "retrieval": dict(data=retrieval_data,
-                      model=dict(num_layers=4, d_model=128, num_heads=4, d_ff=512),
-                      mask_rate=0.15, batch=(32, 32), epochs=(32, 32), lr=(5e-3, 5e-4),
-                      pooling="mean"),
-    "image": dict(data=image_data, model=dict(num_layers=3, d_model=64, num_heads=4, d_ff=128),
-                  mask_rate=0.5, batch=(32, 50), epochs=(50, 200), lr=(1e-3, 1e-3), pooling="max"),
-    "pathfinder": dict(data=pathfinder_data,
-                       model=dict(num_layers=4, d_model=128, num_heads=8, d_ff=128),
-                       mask_rate=0.5, batch=(32, 32), epochs=(50, 200), lr=(1e-3, 5e-4),
-                       pooling="mean"),
-    "pathx": dict(data=lambda: pathfinder_data(128),
-                  model=dict(num_layers=4, d_model=128, num_heads=4, d_ff=128,
-                             attention="local", attention_block_size=4096),
-                  mask_rate=0.5, batch=(32, 32), epochs=(200, 200), lr=(5e-4, 5e-4),
-                  pooling="max"),
-}
+# Each LRA task's data section; the values of Amos et al.'s settings come from spt_jax/lra_table.py.
+LRA_DATA = {"listops": listops_data, "text": text_data, "retrieval": retrieval_data,
+            "image": image_data, "pathfinder": pathfinder_data,
+            "pathx": lambda: pathfinder_data(128)}
 
 # Tiny shapes for the `smoke` variants (each run well under a minute on 2 CPU cores).
 _SMOKE_DATA = {
@@ -327,34 +325,82 @@ _SMOKE_DATA = {
 }
 
 
+# The `cpu` variants of the LRA-at-CPU-scale study (docs/lra_cpu.md says why each value): SPT plus
+# fine-tuning in about 15 minutes on one core, with the full configs' heads, pooling and losses.
+_CPU = {
+    "listops": dict(
+        # LRA's generator (depth 10, up to 10 arguments) keeping lengths 64-256 instead of 500-2000.
+        data=dict(max_length=256, generator=dict(num_train=20_000, num_val=2_000, num_test=2_000,
+                                                 min_length=64, max_length=256)),
+        model=dict(num_layers=2, d_model=64, num_heads=4, d_ff=256),
+        pretrain=dict(num_steps=1500, warmup_steps=150),
+        finetune=dict(num_steps=1500, warmup_steps=150),
+        # Cross-task SPT: shorter, shallower ListOps (same vocabulary, another distribution).
+        pretrain_data=lambda: listops_data(num_train=20_000, num_val=2_000, num_test=2_000,
+                                           min_length=16, max_length=64, max_depth=4,
+                                           max_args=4)),
+}
+
+
+def cpu_lra(config, task: str) -> None:
+  s = _CPU[task]
+  for section in ("data", "model"):
+    for key, value in s[section].items():
+      if isinstance(value, dict):
+        config[section][key].update(value)
+      else:
+        config[section][key] = value
+  for name in phase_names(config):
+    config[name].update(**s[name], eval_every_steps=250, checkpoint_every_steps=250)
+  if "pretrain" in config:
+    config.pretrain_data = s["pretrain_data"]()
+    config.pretrain_data.max_length = config.data.max_length
+
+
+def _set(config, dotted: str, value) -> None:
+  *parents, last = dotted.split(".")
+  node = config
+  for p in parents:
+    node = node[p]
+  if last not in node:
+    raise KeyError(f"spt_jax/lra_table.py names config.{dotted}, which the config does not have.")
+  node[last] = value
+
+
 def lra_config(task: str, with_spt: bool, arg=None) -> ml_collections.ConfigDict:
-  """The SPT (pretrain → finetune) or from-scratch (finetune) config of an LRA task."""
-  variants = set(filter(None, (arg or "").split(",")))
-  known = {"smoke"} | ({"from_pathfinder"} if task == "image" and with_spt else set())
-  if variants - known:
-    raise ValueError(f"Unknown variant(s) {sorted(variants - known)} for the {task} config; known: "
-                     f"{sorted(known)} (combine with commas, e.g. 'smoke,from_pathfinder').")
-  s = LRA[task]
+  """The SPT (pretrain → finetune) or from-scratch (finetune) config of an LRA task: Amos et al.'s
+  settings (spt_jax/lra_table.py, docs/configs.md), then the variants named in `arg`."""
+  from spt_jax import lra_table  # Data only; imported here to keep this module's imports light.
+  known = ({"smoke"} | ({"from_pathfinder"} if task == "image" and with_spt else set())
+           | ({"cpu"} if task in _CPU else set()))
+  variants = parse_variants(arg, known, f"configs/{task}_{'spt' if with_spt else 'scratch'}.py")
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.phases = "pretrain,finetune" if with_spt else "finetune"
-  config.data = s["data"]()
-  config.model = transformer_config(pooling=s["pooling"], **s["model"])
-  (pt_batch, ft_batch), (pt_epochs, ft_epochs), (pt_lr, ft_lr) = s["batch"], s["epochs"], s["lr"]
+  config.data = LRA_DATA[task]()
+  config.model = transformer_config()
   if with_spt:
-    config.pretrain = phase_config("mlm", mask_rate=s["mask_rate"], batch_size=pt_batch,
-                                   num_epochs=float(pt_epochs), learning_rate=pt_lr)
-  config.finetune = phase_config("classification", batch_size=ft_batch,
-                                 num_epochs=float(ft_epochs), learning_rate=ft_lr)
+    config.pretrain = phase_config("mlm")
+  config.finetune = phase_config("classification")
+  for key, value in lra_table.values(task).items():
+    if with_spt or not key.startswith("pretrain."):
+      _set(config, key, tuple(value) if isinstance(value, list) else value)
+  if task == "listops":  # One validation per epoch of 96,000 examples at batch 32, as before.
+    for name in phase_names(config):
+      config[name].update(eval_every_steps=3000, checkpoint_every_steps=1000)
   if with_spt:
-    config.finetune.init_from.update(source="pretrain", checkpoint="best", include=(".*",),
-                                     exclude=("mlm_head/.*",))
+    config.finetune.init_from.update(source="pretrain", include=(".*",))
   if "from_pathfinder" in variants:
     # Cross-task SPT (Coser et al.): pretrain on Pathfinder pixels, fine-tune on CIFAR-10 pixels.
     config.pretrain_data = pathfinder_data(32)
     config.pretrain.data = "pretrain_data"
+  if "cpu" in variants:
+    cpu_lra(config, task)
   if "smoke" in variants:
-    smoke_lra(config, task)
+    if task == "listops":
+      smoke(config)
+    else:
+      smoke_lra(config, task)
   return config
 
 

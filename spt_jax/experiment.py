@@ -47,8 +47,10 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
 
 
 # Fields added after workdirs were written, with the value that computes what those workdirs did: a
-# workdir recorded without one matches a config that has this value.
-_ADDED_FIELDS = {"model.remat": "none"}
+# workdir recorded without one matches a config that has this value ('{phase}': the phase's name).
+_ADDED_FIELDS = {"model.remat": "none", "model.classifier": "linear",
+                 "model.classifier_activation": "relu", "data.pixel_mean": 0.0,
+                 "data.pixel_std": 255.0, "{phase}.weight_decay_on": "matrices"}
 
 
 def data_section(config, phase: str) -> str:
@@ -77,9 +79,11 @@ def check_workdir_config(config, name: str, phase_dir: str) -> None:
     return
   with open(path) as f:
     saved = _phase_view(ml_collections.ConfigDict(json.load(f)), name)
-  for key, value in _ADDED_FIELDS.items():
-    saved.setdefault(key, value)
   current = _phase_view(config, name)
+  for key, value in _ADDED_FIELDS.items():
+    key = key.format(phase=name)
+    if key in current and key not in saved:
+      saved[key] = value
   diff = [f"{k}: {saved.get(k, '<absent>')!r} in the workdir, {current.get(k, '<absent>')!r} now"
           for k in sorted(saved.keys() | current.keys()) if saved.get(k) != current.get(k)]
   if diff:
@@ -211,4 +215,8 @@ def run(config, workdir: str) -> dict:
     write_json(os.path.join(workdir, "results.json"), results)
     faults.point("phase_finished")
   write_json(os.path.join(workdir, "results.json"), results)
+  last, section = names[-1], data_section(config, names[-1])
+  if section in loaded and "test_of_best" in results[last]:
+    logging.info("Result: %s test %s%s", last, results[last]["test_of_best"],
+                 train.data_caveat(loaded[section]))
   return results

@@ -82,10 +82,13 @@ class MaskedTokenPrediction(_Objective):
 class MaskedPixelPrediction(_Objective):
   """Amos et al.'s pixel SPT: masked pixels are zeroed and flagged in a second input channel; the
   head predicts the normalised value (L1 loss; R² reported and used to select the checkpoint) or the
-  raw 8-bit value (256-way cross-entropy; accuracy). Loss on masked positions only."""
+  raw 8-bit value (256-way cross-entropy; accuracy). Loss on masked positions only. The L1 target is
+  normalised as the model's input is: (pixel - pixel_mean) / pixel_std."""
   mask_rate: float
   loss: str = "l1"
   head: str = "mlm"
+  pixel_mean: float = 0.0
+  pixel_std: float = 255.0
 
   @property
   def selection_metric(self) -> str:
@@ -109,7 +112,7 @@ class MaskedPixelPrediction(_Objective):
     w = mask.astype(jnp.float32)
     n = w.sum() if n is None else n
     if self.loss == "l1":
-      target = pixels.astype(jnp.float32) / 255.0
+      target = (pixels.astype(jnp.float32) - self.pixel_mean) / self.pixel_std
       err = out[..., 0].astype(jnp.float32) - target
       l1 = (jnp.abs(err) * w).sum()
       metrics = {"loss": (l1, n), "r2": ((err**2 * w).sum(), (target * w).sum(),
@@ -151,9 +154,11 @@ OBJECTIVES = ("mlm", "classification", "composite")
 PIXEL_LOSSES = ("l1", "ce")
 
 
-def make(phase_config, vocab, input_kind: str = "tokens"):
+def make(phase_config, vocab, input_kind: str = "tokens", pixel_norm=(0.0, 255.0)):
+  """pixel_norm: the data's (pixel_mean, pixel_std), for pixel inputs."""
   if phase_config.objective == "mlm" and input_kind == "pixels":
-    return MaskedPixelPrediction(mask_rate=phase_config.mask_rate, loss=phase_config.pixel_loss)
+    return MaskedPixelPrediction(mask_rate=phase_config.mask_rate, loss=phase_config.pixel_loss,
+                                 pixel_mean=pixel_norm[0], pixel_std=pixel_norm[1])
   if phase_config.objective == "mlm":
     return MaskedTokenPrediction(mask_rate=phase_config.mask_rate, bert_mix=phase_config.bert_mix,
                                  first_regular_id=vocab.first_regular_id, vocab_size=vocab.size)

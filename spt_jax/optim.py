@@ -13,6 +13,9 @@ import optax
 from spt_jax import tree
 
 SCHEDULES = ("constant", "cosine", "linear")
+# Which parameters weight decay pulls toward zero: weight matrices and embedding tables only, or every
+# parameter (biases and LayerNorm scales too), as torch.optim.AdamW without parameter groups does.
+DECAY_TARGETS = ("matrices", "all")
 
 
 def make_schedule(cfg, total_steps: int) -> optax.Schedule:
@@ -34,9 +37,12 @@ def make_schedule(cfg, total_steps: int) -> optax.Schedule:
   return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), after], [warmup])
 
 
-def _decay_mask(params):
-  # Decay matrices only: biases, LayerNorm scales and 1-D tables are not regularised toward zero.
-  return jax.tree.map(lambda p: np.ndim(p) >= 2, params)
+def _decay_mask(target: str):
+  if target == "all":
+    return None
+  if target == "matrices":
+    return lambda params: jax.tree.map(lambda p: np.ndim(p) >= 2, params)
+  raise ValueError(f"weight_decay_on={target!r} must be one of {DECAY_TARGETS}.")
 
 
 def make_optimizer(cfg, total_steps: int, params, frozen: frozenset[str] = frozenset()):
@@ -46,7 +52,8 @@ def make_optimizer(cfg, total_steps: int, params, frozen: frozenset[str] = froze
   if cfg.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(cfg.grad_clip_norm))
   parts.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                           weight_decay=cfg.weight_decay, mask=_decay_mask))
+                           weight_decay=cfg.weight_decay,
+                           mask=_decay_mask(cfg.get("weight_decay_on", "matrices"))))
   tx = optax.chain(*parts)
   if frozen:
     labels = tree.map_with_path(lambda p, _: "frozen" if p in frozen else "trainable", params)

@@ -267,5 +267,5 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
     plot_weights(phase_dir, comp.losses, f"{name}: {weighting.method} weights")
   return train.finish_phase(
       name, cfg, steps, setup, loop, evaluate, writer, comp.selection_metric, wall_start,
-      phase_dir, task.source, losses=list(comp.losses), weighting=weighting.method,
+      phase_dir, task, losses=list(comp.losses), weighting=weighting.method,
       final_weights=({n: weight_rows[-1][n] for n in comp.losses} if weight_rows else None))

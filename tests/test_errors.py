@@ -24,7 +24,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache_dir):
   config = load_config("listops_spt")
   with pytest.raises(AttributeError, match="d_modle"):
     config.model.d_modle  # noqa: B018
-  with pytest.raises(ValueError, match="Unknown variant 'smok'"):
+  with pytest.raises(ValueError,
+                     match=r"Unknown variant\(s\) \['smok'\] for configs/listops_spt.py"):
     load_config("listops_spt", "smok")
 
 

@@ -32,8 +32,10 @@ FLAGS = flags.FLAGS
 
 def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int) -> dict:
   config, phase = read_phase_config(run)
-  task = tasks.load(config.data)
-  objective = objectives.make(config[phase], task.vocab, task.input_kind)
+  # The phase's own data: a cross-task SPT pretraining read another section (config.<phase>.data).
+  task = tasks.load(config[config[phase].get("data") or "data"])
+  objective = objectives.make(config[phase], task.vocab, task.input_kind,
+                              (task.pixel_mean, task.pixel_std))
   model = train.build_model(config.model, task, objective)
   params_dir = checkpoints.resolve_params_dir(run, checkpoint)
   params = checkpoints.restore_item(params_dir)

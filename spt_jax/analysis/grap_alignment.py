@@ -82,7 +82,7 @@ def measure(config, phase: str, params, *, num_batches: int, seed: int = 0) -> d
     raise ValueError(f"config.{phase}.composite.weighting={cfg.composite.weighting!r}: the "
                      f"alignment is measured against GraP's downstream probe, which only a "
                      f"weighting='grap' phase trains ({HEADS}/{PROBE}).")
-  task = tasks.load(config.data)
+  task = tasks.load(config[cfg.get("data") or "data"])  # The phase's own data section.
   comp = composite.build(config, phase, task)
   splits = train_composite.prepare_splits(task, composite.weighting_from_config(cfg),
                                           cfg.grap.label_fraction)

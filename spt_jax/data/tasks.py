@@ -20,6 +20,10 @@ class TaskData:
   splits: dict[str, dict[str, np.ndarray]]  # {"train"|"val"|"test": {"inputs", "labels"}}
   source: str  # where the data came from, for the logs and results
   input_kind: str = "tokens"  # 'tokens' (ids [N, L] or pairs [N, 2, L]) or 'pixels' (uint8 [N, L])
+  # Pixel inputs enter the model as (pixel - pixel_mean) / pixel_std (8-bit units).
+  pixel_mean: float = 0.0
+  pixel_std: float = 255.0
+  generated: bool = False  # made by spt_jax's generator, not read from an official release
 
 
 def _data_root(cfg, spec) -> str:
@@ -52,7 +56,8 @@ def _listops(cfg) -> TaskData:
   for s, arrays in splits.items():
     logging.info("ListOps %s: %d examples from %s", s, len(arrays["labels"]),
                  listops.split_path(root, s))
-  return TaskData("listops", listops.VOCAB, 10, cfg.max_length, splits, root)
+  return TaskData("listops", listops.VOCAB, 10, cfg.max_length, splits, root,
+                  generated=not cfg.data_dir)
 
 
 def _synthetic(cfg) -> TaskData:
@@ -96,12 +101,19 @@ def _as_representation(splits, representation: str):
   return out
 
 
+def _pixel_norm(cfg) -> dict:
+  if not cfg.pixel_std > 0:
+    raise ValueError(f"config.data.pixel_std={cfg.pixel_std} must be > 0.")
+  return dict(pixel_mean=float(cfg.pixel_mean), pixel_std=float(cfg.pixel_std))
+
+
 def _image(cfg) -> TaskData:
   splits = {s: image.load_split(s, cfg.data_dir or None) for s in image.SPLITS}
   return TaskData("image", BYTE_VOCAB, image.NUM_CLASSES, image.NUM_PIXELS,
                   _as_representation(splits, cfg.representation),
                   f"tfds cifar10 ({cfg.data_dir or 'default data_dir'})",
-                  input_kind="pixels" if cfg.representation == "pixels" else "tokens")
+                  input_kind="pixels" if cfg.representation == "pixels" else "tokens",
+                  **_pixel_norm(cfg))
 
 
 def _pathfinder(cfg) -> TaskData:
@@ -119,7 +131,8 @@ def _pathfinder(cfg) -> TaskData:
   splits = {s: pathfinder.load_split(root, res, difficulty, s) for s in ("train", "val", "test")}
   return TaskData(f"pathfinder{res}", BYTE_VOCAB, 2, res * res,
                   _as_representation(splits, cfg.representation), root,
-                  input_kind="pixels" if cfg.representation == "pixels" else "tokens")
+                  input_kind="pixels" if cfg.representation == "pixels" else "tokens",
+                  generated=not cfg.data_dir, **_pixel_norm(cfg))
 
 
 TASKS = {"listops": _listops, "synthetic": _synthetic, "text": _text, "retrieval": _retrieval,

@@ -6,7 +6,8 @@ Parameter layout (what freezing and partial loading patterns address):
   encoder/position_embedding                      (only with position='learned')
   encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
   encoder/final_norm
-  mlm_head/{kernel,bias}        or        classifier/{kernel,bias}
+  mlm_head/{kernel,bias}        or        classifier/{kernel,bias}  (classifier='linear')
+                                          classifier/{hidden,output}/{kernel,bias}  ('mlp')
 
 `remat='layer'` recomputes each encoder layer's activations in the backward pass from the layer's
 input (`nn.remat`, nothing saved inside the layer): the same values and parameter paths, the step's
@@ -34,6 +35,9 @@ ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu}
 # Rematerialisation: 'none' keeps every layer's activations for the backward pass, 'layer' keeps only
 # each layer's input and recomputes the rest (the module docstring).
 REMATS = ("none", "layer")
+# Classifier heads on the pooled vector: one Dense layer, or Amos et al.'s two-layer MLP (a hidden
+# layer of width d_model, then the class logits) used for Text, Image and Retrieval.
+CLASSIFIERS = ("linear", "mlp")
 
 
 def sinusoidal_encoding(length: int, d_model: int) -> np.ndarray:
@@ -56,6 +60,26 @@ class MLP(nn.Module):
     h = Dense(self.d_ff, dtype=self.dtype, name="dense_in")(x)
     h = ACTIVATIONS[self.activation](h)
     return Dense(x.shape[-1], dtype=self.dtype, name="dense_out")(h)
+
+
+class MLPClassifier(nn.Module):
+  num_classes: int
+  hidden: int
+  activation: str = "relu"
+
+  @nn.compact
+  def __call__(self, x):
+    h = ACTIVATIONS[self.activation](nn.Dense(self.hidden, name="hidden")(x))
+    return nn.Dense(self.num_classes, name="output")(h)
+
+
+def classifier_head(kind: str, num_classes: int, hidden: int, activation: str) -> nn.Module:
+  """The head named 'classifier' (a linear one keeps the paths classifier/{kernel,bias})."""
+  if kind == "linear":
+    return nn.Dense(num_classes, name="classifier")
+  if kind == "mlp":
+    return MLPClassifier(num_classes, hidden, activation, name="classifier")
+  raise ValueError(f"classifier={kind!r} must be one of {CLASSIFIERS}.")
 
 
 class EncoderBlock(nn.Module):
@@ -167,8 +191,9 @@ class SequenceModel(nn.Module):
   Inputs are token ids [B, L] (`input_kind='tokens'`; padding = id 0, excluded from attention keys and
   pooling, so appending padding never changes the outputs at real positions), raw 8-bit pixels
   [B, L] (`input_kind='pixels'`: the encoder sees (value·(1−m), m) for a corruption mask m, zeros when
-  not pretraining; no padding), or pairs of token documents [B, 2, L] (retrieval: both go through the
-  same encoder; the classifier sees `pair_features` of the two pooled vectors u, v).
+  not pretraining, with value = (pixel − pixel_mean) / pixel_std; no padding), or pairs of token
+  documents [B, 2, L] (retrieval: both go through the same encoder; the classifier sees
+  `pair_features` of the two pooled vectors u, v).
   """
   vocab_size: int
   max_length: int
@@ -178,6 +203,10 @@ class SequenceModel(nn.Module):
   input_kind: str = "tokens"
   mlm_outputs: int = 0          # reconstruction logits per position; 0: vocab_size
   pair_features: str = "uvmd"
+  classifier: str = "linear"
+  classifier_activation: str = "relu"
+  pixel_mean: float = 0.0       # pixel normalisation, in 8-bit units (the data's, see TaskData)
+  pixel_std: float = 255.0
   num_layers: int = 6
   d_model: int = 512
   num_heads: int = 8
@@ -208,7 +237,7 @@ class SequenceModel(nn.Module):
       mask = jnp.ones(inputs.shape, bool)
       corrupted = (jnp.zeros(inputs.shape, jnp.float32) if pixel_mask is None
                    else pixel_mask.reshape(inputs.shape).astype(jnp.float32))
-      value = inputs.astype(jnp.float32) / 255.0
+      value = (inputs.astype(jnp.float32) - self.pixel_mean) / self.pixel_std
       inputs = jnp.stack([value * (1.0 - corrupted), corrupted], axis=-1)
     else:
       raise ValueError(f"input_kind={self.input_kind!r} must be one of {INPUT_KINDS}.")
@@ -231,5 +260,6 @@ class SequenceModel(nn.Module):
                            f"{tuple(PAIR_FEATURES)}.")
         parts = [u, v, u * v, u - v] if self.pair_features == "uvmd" else [u, v]
         pooled = jnp.concatenate(parts, axis=-1)
-      return nn.Dense(self.num_classes, name="classifier")(pooled)
+      return classifier_head(self.classifier, self.num_classes, self.d_model,
+                             self.classifier_activation)(pooled)
     raise ValueError(f"head={self.head!r} must be one of {HEADS}.")
