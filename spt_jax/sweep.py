@@ -8,24 +8,29 @@ A sweep config (ml_collections) has:
   seeds      seeds each run is repeated with
   runs       strings 'name: key=value key=value ...' — overrides of the base config (dotted keys as on
              the command line; `config=configs/y.py:variant` replaces the base for that run).
-             `{workdir}` and `{seed}` in a value are substituted, so a run can start from an earlier
-             run's phase (e.g. `finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain`):
-             runs execute in the listed order, so list the referenced run first (--processes=1).
+             `{workdir}` and `{seed}` in a value are substituted, so a run can start from another
+             run's phase (e.g. `finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain`): the
+             referenced run (same seed) must be in the sweep, and is finished first.
   metrics    dotted paths into results.json, e.g. 'finetune.test_of_best.accuracy'
   title      the table's and plot's title
   steps_to   optional validation accuracy threshold: also report fine-tune steps until it is first
              reached (0, the default: not reported)
   x_values   optional numbers, one per run: the plot is then a line over x instead of bars
   x_label    optional label of that x axis
+  output     optional subdirectory of the workdir for the outputs ('' = the workdir itself), so that
+             several sweeps can share one workdir and with it the runs they have in common
 Any other field, or a required one missing, is an error naming the config file.
 Each run lives in `<workdir>/<name>/seed_<s>`; one with a results.json is finished and not re-run.
-Out: `<workdir>/table.md`, `table.csv`, `results.json` and `plot.png`.
+Its `run_spec.json` records the config and overrides it was started with: a sweep that names the
+same run directory with another spec is refused (rename the run), so sharing never mixes up runs.
+Out: `<workdir>/<output>/table.md`, `table.csv`, `results.json` and `plot.png`.
 """
 from __future__ import annotations
 
 import ast
 import concurrent.futures
 import csv
+import re
 import importlib.util
 import json
 import os
@@ -41,7 +46,9 @@ from ml_collections import config_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
 REQUIRED = ("base", "seeds", "runs", "metrics", "title")
-OPTIONAL = {"steps_to": 0.0, "x_values": (), "x_label": ""}
+OPTIONAL = {"steps_to": 0.0, "x_values": (), "x_label": "", "output": ""}
+RUN_SPEC = "run_spec.json"
+_REFERENCE = re.compile(r"\{workdir\}/([^/{}]+)/")
 # Fields that must hold a non-empty sequence of this type (a bare string is a common slip).
 _SEQUENCES = {"seeds": int, "runs": str, "metrics": str}
 
@@ -127,16 +134,16 @@ def steps_to(run_dir: str, threshold: float, phase: str = "finetune"):
   return None
 
 
-def _run_in_process(base: str, overrides: dict, seed: int, run_dir: str) -> None:
+def _run_in_process(overrides: dict, seed: int, run_dir: str) -> None:
   from spt_jax import experiment
-  config = load_config(overrides.get("config", base))
+  config = load_config(overrides["config"])
   apply_overrides(config, {k: v for k, v in overrides.items() if k != "config"})
   config.seed = seed
   experiment.run(config, run_dir)
 
 
-def _run_subprocess(base: str, overrides: dict, seed: int, run_dir: str) -> None:
-  args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides.get('config', base)}",
+def _run_subprocess(overrides: dict, seed: int, run_dir: str) -> None:
+  args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides['config']}",
           f"--workdir={run_dir}", f"--config.seed={seed}",
           # Several runs share the cores already: per-core devices in each would oversubscribe them.
           "--cpu_devices=1"]
@@ -151,6 +158,78 @@ def _run_subprocess(base: str, overrides: dict, seed: int, run_dir: str) -> None
     raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
 
 
+def references(overrides: dict) -> set[str]:
+  """Names of the runs whose directories a run's override values point into via {workdir}."""
+  return {name for v in overrides.values() if isinstance(v, str) for name in _REFERENCE.findall(v)}
+
+
+def check_run_spec(run_dir: str, spec: dict) -> None:
+  """Records the spec a run directory is started with; another spec there is an error."""
+  path = os.path.join(run_dir, RUN_SPEC)
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved != spec:
+      raise ValueError(f"{run_dir} holds a run started as {saved}, but this sweep names it with "
+                       f"{spec}; give the run another name (nothing was changed).")
+    return
+  os.makedirs(run_dir, exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(spec, f, indent=1, sort_keys=True)
+
+
+def _ready(pending: dict, busy, job) -> bool:
+  """A job can start once no run it references (same seed) is still to run or running."""
+  return not any((d, job[2]) in pending or (d, job[2]) in busy for d in job[4])
+
+
+def _schedule(todo, processes: int, start: float) -> list[str]:
+  """Runs jobs, each once the runs it references have finished (in this process when processes is
+  1, else as that many main.py processes); returns the messages of runs that did not finish."""
+  pending = {(job[0], job[2]): job for job in todo}  # (name, seed) -> job
+  failed, failures, running = set(), [], {}
+
+  def launchable():
+    for key, job in list(pending.items()):
+      if any((d, job[2]) in failed for d in job[4]):
+        failures.append(f"{job[3]}: not run, it starts from a run that failed")
+        failed.add(key)
+        del pending[key]
+      elif _ready(pending, running.values(), job):
+        yield key, job
+
+  if processes <= 1:
+    while pending:
+      key, (name, overrides, seed, run_dir, _) = next(launchable(), (None, (None,) * 5))
+      if key is None:
+        break
+      logging.info("Sweep run: %s seed %d (%.0f s so far)", name, seed, time.time() - start)
+      del pending[key]
+      _run_in_process(overrides, seed, run_dir)
+  else:
+    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
+      while pending or running:
+        for key, (name, overrides, seed, run_dir, _) in launchable():
+          if len(running) >= processes:
+            break
+          logging.info("Sweep run: %s seed %d (%.0f s so far)", name, seed, time.time() - start)
+          running[pool.submit(_run_subprocess, overrides, seed, run_dir)] = key
+          del pending[key]
+        if not running:
+          break
+        finished, _ = concurrent.futures.wait(running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in finished:
+          key = running.pop(future)
+          try:
+            future.result()
+          except Exception as e:  # noqa: BLE001 - reported with the others at the end
+            failures.append(str(e))
+            failed.add(key)
+  failures += [f"{job[3]}: not run, its references form a cycle" for job in pending.values()]
+  return failures
+
+
 def run_sweep(sweep, workdir: str, processes: int = 1,
               source: str = "the sweep config") -> list[dict]:
   """Runs what is not finished yet, then writes the outputs; source names the config in errors."""
@@ -161,25 +240,34 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
     raise ValueError(f"Sweep run names must be unique: {names}")
   if sweep.x_values and len(sweep.x_values) != len(runs):
     raise ValueError(f"x_values has {len(sweep.x_values)} entries for {len(runs)} runs.")
+  for name, overrides in runs:
+    missing = sorted(references(overrides) - set(names))
+    if missing:
+      raise ValueError(f"{source}: run {name!r} starts from run {missing[0]!r}, which the sweep "
+                       f"does not list; add it to runs.")
   def substitute(overrides, seed):
     return {k: v.format(workdir=os.path.abspath(workdir), seed=seed) if isinstance(v, str) else v
             for k, v in overrides.items()}
-  jobs = [(name, substitute(ov, seed), seed, os.path.join(workdir, name, f"seed_{seed}"))
-          for name, ov in runs for seed in sweep.seeds]
+  jobs = []
+  for name, ov in runs:
+    for seed in sweep.seeds:
+      overrides = substitute(ov, seed)
+      overrides.setdefault("config", sweep.base)
+      jobs.append((name, overrides, seed, os.path.join(workdir, name, f"seed_{seed}"),
+                   references(ov)))
+  for name, overrides, seed, run_dir, _ in jobs:  # Before anything runs: a clash stops the sweep.
+    path = os.path.join(run_dir, RUN_SPEC)
+    if os.path.exists(path):
+      check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
   todo = [j for j in jobs if not os.path.exists(os.path.join(j[3], "results.json"))]
   logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
-  start = time.time()
-  if processes > 1:
-    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
-      for f in [pool.submit(_run_subprocess, sweep.base, ov, seed, d) for _, ov, seed, d in todo]:
-        f.result()
-  else:
-    for i, (name, ov, seed, run_dir) in enumerate(todo):
-      logging.info("Sweep run %d/%d: %s seed %d (%.0f s so far)", i + 1, len(todo), name, seed,
-                   time.time() - start)
-      _run_in_process(sweep.base, ov, seed, run_dir)
+  for _, overrides, seed, run_dir, _ in todo:
+    check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
+  failures = _schedule(todo, processes, time.time())
+  if failures:
+    raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
-  write_outputs(sweep, rows, workdir)
+  write_outputs(sweep, rows, os.path.join(workdir, sweep.output))
   return rows
 
 
@@ -214,6 +302,7 @@ def _fmt(mean, std):
 
 
 def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
+  os.makedirs(workdir, exist_ok=True)
   keys = list(sweep.metrics) + (["steps_to_val"] if sweep.steps_to > 0 else [])
   header = ["run"] + (["x"] if sweep.x_values else []) + keys
   lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}" + (
@@ -257,7 +346,7 @@ def main(argv):
   host_memory.retain_freed_memory()  # As main.py: in-process runs train here.
   experiment.quiet_orbax_logging()
   rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source)
-  print(open(os.path.join(flags.FLAGS.workdir, "table.md")).read())
+  print(open(os.path.join(flags.FLAGS.workdir, sweep.output, "table.md")).read())
   del rows
 
 

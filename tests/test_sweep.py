@@ -14,19 +14,25 @@ TINY = ("pretrain.num_steps=4 finetune.num_steps=4 pretrain.eval_every_steps=2 "
 def _sweep():
   return config_lib.sweep_config(
       base="configs/synthetic_spt.py:smoke", seeds=(0,), title="tiny",
-      runs=[f"spt: {TINY}", f"scratch: {TINY} phases=finetune finetune.init_from.source="],
+      # Listed before the run it starts from: the sweep runs that one first.
+      runs=[f"from_spt: {TINY} phases=finetune "
+            "finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain", f"spt: {TINY}"],
       steps_to=0.5)
 
 
 def test_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
   rows = sweep.run_sweep(_sweep(), str(tmp_path))
-  assert [r["run"] for r in rows] == ["spt", "scratch"]
+  assert [r["run"] for r in rows] == ["from_spt", "spt"]
+  spec = sweep.json.load(open(tmp_path / "from_spt/seed_0/run_spec.json"))
+  assert spec["overrides"]["finetune.init_from.source"] == f"{tmp_path}/spt/seed_0/pretrain"
+  loaded = sweep.json.load(open(tmp_path / "from_spt/seed_0/finetune/init_from.json"))
+  assert loaded["loaded"] and str(tmp_path / "spt/seed_0/pretrain") in loaded["source"]
   for name in ("table.md", "table.csv", "plot.png", "results.json"):
     assert os.path.getsize(tmp_path / name) > 0
   table = open(tmp_path / "table.md").read()
   assert "| spt |" in table and "finetune.test_of_best.accuracy" in table
-  assert not os.path.exists(tmp_path / "scratch/seed_0/pretrain")
-  stamps = {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in ("spt", "scratch")}
+  assert not os.path.exists(tmp_path / "from_spt/seed_0/pretrain")
+  stamps = {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in ("spt", "from_spt")}
   assert sweep.run_sweep(_sweep(), str(tmp_path)) == rows
   assert stamps == {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in stamps}
 
@@ -78,3 +84,46 @@ def test_sweep_cli_without_runs_names_the_field_and_the_file(tmp_path):
   assert done.stderr.strip().splitlines()[-1] == (
       f"ValueError: {path}: missing required field(s) 'runs' (fields: see spt_jax/sweep.py).")
   assert not (tmp_path / "w").exists()
+
+
+def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkeypatch):
+  events = []
+
+  def fake_run(overrides, seed, run_dir):
+    name = os.path.basename(os.path.dirname(run_dir))
+    events.append(("start", name, seed))
+    if name == "broken":
+      raise RuntimeError(f"{run_dir} failed")
+    os.makedirs(run_dir, exist_ok=True)
+    sweep.json.dump({"finetune": {"steps": 1}}, open(os.path.join(run_dir, "results.json"), "w"))
+    events.append(("end", name, seed))
+
+  monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
+  ref = "phases=finetune finetune.init_from.source={workdir}/%s/seed_{seed}/pretrain"
+  sweep_cfg = config_lib.sweep_config(
+      base="b.py", seeds=(0, 1), title="t", metrics=("finetune.steps",),
+      runs=[f"child: {ref % 'parent'}", "parent:", "broken:", f"orphan: {ref % 'broken'}"])
+  with pytest.raises(RuntimeError) as error:
+    sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2)
+  for seed in (0, 1):
+    assert events.index(("end", "parent", seed)) < events.index(("start", "child", seed))
+    assert ("start", "orphan", seed) not in events
+  assert str(error.value).count("not run, it starts from a run that failed") == 2
+  assert str(error.value).count("failed") >= 4
+  sweep_cfg.update(runs=("parent:", f"child: {ref % 'parent'}"), output="tables")
+  rows = sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2)  # Both finished: nothing re-run.
+  assert [r["run"] for r in rows] == ["parent", "child"]
+  assert os.path.exists(tmp_path / "tables" / "table.md")
+
+
+def test_sweeps_sharing_a_workdir_refuse_a_run_name_with_another_spec(tmp_path):
+  run_dir = tmp_path / "spt" / "seed_0"
+  sweep.check_run_spec(str(run_dir), {"overrides": {"config": "a.py"}, "seed": 0})
+  other = config_lib.sweep_config(base="b.py", seeds=(0,), title="t", runs=["spt:"])
+  with pytest.raises(ValueError, match="holds a run started as .*a.py.* give the run another name"):
+    sweep.run_sweep(other, str(tmp_path))
+  unlisted = config_lib.sweep_config(base="b.py", seeds=(0,), title="t",
+                                     runs=["ft: x={workdir}/spt/seed_{seed}/pretrain"])
+  with pytest.raises(ValueError, match="run 'ft' starts from run 'spt', which the sweep does not "
+                                       "list"):
+    sweep.run_sweep(unlisted, str(tmp_path / "other"))
