@@ -112,7 +112,7 @@ def main():
   task = tasks.load(config.data)
   mesh = experiment.make_mesh()
   sharded = NamedSharding(mesh, P("data"))
-  arrays = train_composite.prepare_splits(
+  arrays = composite.prepare_splits(
       task, composite.weighting_from_config(config.pretrain), 1.0)["train"]
   stream = pipeline.train_batches(arrays, config.pretrain.batch_size, seed=0)
   batches = [train.to_global(next(stream), sharded) for _ in range(4)]

@@ -12,7 +12,7 @@ settings); the pretraining phase is objective 'composite' (spt_jax/train_composi
 downstream probe trained on the training labels. The fine-tune loads the encoder and leaves every
 `pretrain_heads/` parameter behind.
 """
-from spt_jax import composite, config_lib, sweep
+from spt_jax import config_lib, sweep
 
 # The pretraining settings carried over from listops_spt.py into the composite phase.
 _CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "weight_decay",
@@ -22,7 +22,7 @@ _CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "weight_
 def get_config(arg=None):
   # configs/listops_spt.py is the single source of truth; only the pretraining objective differs.
   config = sweep.load_config("configs/listops_spt.py")
-  config.pretrain = composite.phase_config(**{k: config.pretrain[k] for k in _CARRIED})
+  config.pretrain = config_lib.composite_phase_config(**{k: config.pretrain[k] for k in _CARRIED})
   config.pretrain.composite.update(losses=("mlm", "span", "random"), weighting="grap")
   config.finetune.init_from.exclude = ("pretrain_heads/.*",)
   config_lib.apply_variant(config, arg, __file__)

@@ -13,7 +13,7 @@ Model, data, optimiser, masking rate (15%) and the fine-tuning phase are configs
 the fine-tune loads the encoder and leaves every `pretrain_heads/` parameter behind.
 configs/synthetic_uniform.py is the same run with uniform weights.
 """
-from spt_jax import composite, config_lib
+from spt_jax import config_lib
 
 
 def get_config(arg=None, weighting="grap"):
@@ -22,7 +22,7 @@ def get_config(arg=None, weighting="grap"):
   config.phases = "pretrain,finetune"
   config.data = config_lib.synthetic_data()
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
-  config.pretrain = composite.phase_config(
+  config.pretrain = config_lib.composite_phase_config(
       learning_rate=1e-3, num_epochs=10.0, warmup_steps=250, eval_every_steps=250,
       checkpoint_every_steps=500)
   config.pretrain.composite.update(losses=("mlm", "span", "contrastive", "random"),

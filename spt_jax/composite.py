@@ -34,10 +34,11 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
+import numpy as np
 import optax
 
 from spt_jax import grap, masking, objectives
+from spt_jax.data import pipeline
 from spt_jax.data.vocab import CLS_ID, PAD_ID
 from spt_jax.models import transformer
 
@@ -48,32 +49,6 @@ PROBE = "grap_probe"
 
 
 # ---------------------------------------------------------------------------------------- Config
-def phase_config(**overrides) -> ml_collections.ConfigDict:
-  """A phase with objective 'composite': the common phase fields plus `composite` and `grap`."""
-  from spt_jax import config_lib  # config_lib validates composite phases through this module.
-  c = config_lib.phase_config("composite", mask_rate=0.15)
-  c.composite = ml_collections.ConfigDict(dict(
-      losses=LOSSES,                # subset of LOSSES, in the order weights are reported
-      weighting="grap",             # one of grap.WEIGHTINGS
-      fixed_weights=(),             # weighting='fixed': one weight per loss
-      span_length=3.0,              # span: mean span length (geometric)
-      span_rate=0.15,               # span: expected fraction of tokens inside spans
-      temperature=0.1,              # contrastive: InfoNCE temperature
-      projection_dim=0,             # contrastive: projection width; 0 = d_model
-      random_classes=16,            # random: number of random target classes
-      random_seed=0,                # random: the fixed seed of the targets
-      log_weights_every=10,         # steps between rows of split 'weights' in metrics.jsonl
-      gradnorm_alpha=1.5,           # weighting='gradnorm': asymmetry α
-      gradnorm_lr=0.025))           # weighting='gradnorm': Adam step on the weights
-  c.grap = ml_collections.ConfigDict(dict(
-      logit_lr=0.01, b1=0.0, b2=0.99,  # the logits' own Adam
-      ema=0.9,                      # EMA of the gradient norms and of the cosine statistics
-      warmup_updates=10,            # plain average of the statistics over the first updates
-      label_fraction=1.0))          # downstream labels come from the first fraction of train only
-  c.update(overrides)
-  return c
-
-
 def validate_phase(p, name: str) -> None:
   """Checks a composite phase's fields; every message names the offending key."""
   c, g = p.composite, p.grap
@@ -117,6 +92,25 @@ def weighting_from_config(p) -> grap.Weighting:
       method=c.weighting, num_losses=len(c.losses), fixed=tuple(float(w) for w in c.fixed_weights),
       logit_lr=g.logit_lr, b1=g.b1, b2=g.b2, ema=g.ema, warmup=int(g.warmup_updates),
       gradnorm_alpha=c.gradnorm_alpha, gradnorm_lr=c.gradnorm_lr)
+
+
+# ---------------------------------------------------------------------------------------- Data
+def prepare_splits(task, weighting: grap.Weighting, label_fraction: float) -> dict:
+  """The arrays the composite phase reads: inputs and example index everywhere; labels only when the
+  weighting needs a downstream signal, and in train only for the first `label_fraction` of examples
+  (the rest are zeroed with label weight 0, so they cannot leak)."""
+  splits = {}
+  for split, arrays in task.splits.items():
+    n = pipeline.num_examples(arrays)
+    out = {"inputs": arrays["inputs"], "index": np.arange(n, dtype=np.int32)}
+    if weighting.needs_downstream:
+      labelled = np.ones(n, bool)
+      if split == "train":
+        labelled = np.arange(n) < max(1, int(round(label_fraction * n)))
+      out["labels"] = np.where(labelled, arrays["labels"], 0).astype(np.int32)
+      out["label_weights"] = labelled.astype(np.float32)
+    splits[split] = out
+  return splits
 
 
 # ---------------------------------------------------------------------------------------- Masking

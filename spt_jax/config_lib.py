@@ -9,7 +9,7 @@ import math
 
 import ml_collections
 
-from spt_jax import checkpoints, objectives, optim
+from spt_jax import checkpoints, composite, objectives, optim
 from spt_jax.models import attention, transformer
 
 
@@ -33,7 +33,7 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
   """One training phase (pretraining or fine-tuning)."""
   c = ml_collections.ConfigDict(dict(
       objective=objective,          # 'mlm' (SPT), 'classification' or 'composite' (several SPT
-                                    # heads, weighted; use composite.phase_config for its fields)
+                                    # heads, weighted; use composite_phase_config for its fields)
       data="",                      # '' = config.data; else the name of another top-level data section
                                     # (cross-task SPT, e.g. pretrain on 'pretrain_data')
       mask_rate=0.1,                # mlm only: probability that a real token (or pixel) is masked
@@ -69,6 +69,32 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
           rescale=1.0,              # != 1: multiply rescale_paths by this (relative layer scale)
           rescale_paths=())),
   ))
+  c.update(overrides)
+  return c
+
+
+def composite_phase_config(**overrides) -> ml_collections.ConfigDict:
+  """A phase with objective 'composite' (spt_jax/composite.py): the common phase fields plus
+  `composite` and `grap`."""
+  c = phase_config("composite", mask_rate=0.15)
+  c.composite = ml_collections.ConfigDict(dict(
+      losses=composite.LOSSES,      # subset of composite.LOSSES, in the order weights are reported
+      weighting="grap",             # one of grap.WEIGHTINGS
+      fixed_weights=(),             # weighting='fixed': one weight per loss
+      span_length=3.0,              # span: mean span length (geometric)
+      span_rate=0.15,               # span: expected fraction of tokens inside spans
+      temperature=0.1,              # contrastive: InfoNCE temperature
+      projection_dim=0,             # contrastive: projection width; 0 = d_model
+      random_classes=16,            # random: number of random target classes
+      random_seed=0,                # random: the fixed seed of the targets
+      log_weights_every=10,         # steps between rows of split 'weights' in metrics.jsonl
+      gradnorm_alpha=1.5,           # weighting='gradnorm': asymmetry α
+      gradnorm_lr=0.025))           # weighting='gradnorm': Adam step on the weights
+  c.grap = ml_collections.ConfigDict(dict(
+      logit_lr=0.01, b1=0.0, b2=0.99,  # the logits' own Adam
+      ema=0.9,                      # EMA of the gradient norms and of the cosine statistics
+      warmup_updates=10,            # plain average of the statistics over the first updates
+      label_fraction=1.0))          # downstream labels come from the first fraction of train only
   c.update(overrides)
   return c
 
@@ -167,10 +193,9 @@ def validate(config, device_count: int) -> None:
     if p.objective == "mlm" and not 0 < p.mask_rate < 1:
       raise ValueError(f"config.{name}.mask_rate={p.mask_rate} must be in (0, 1).")
     if p.objective == "composite":
-      from spt_jax import composite  # Imported here: composite builds on this module.
       if "composite" not in p or "grap" not in p:
         raise ValueError(f"config.{name}.objective='composite' needs the fields of "
-                         f"spt_jax.composite.phase_config() (config.{name}.composite, .grap).")
+                         f"config_lib.composite_phase_config() (config.{name}.composite, .grap).")
       composite.validate_phase(p, name)
     for key in ("batch_size", "learning_rate", "log_every_steps", "eval_every_steps",
                 "checkpoint_every_steps"):

@@ -19,6 +19,7 @@ import numpy as np
 from absl import logging
 
 from spt_jax import config_lib, faults, init_from, param_groups, train, train_composite
+from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import tasks
 from spt_jax.metric_writers import write_json
 
@@ -50,7 +51,8 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
 # workdir recorded without one matches a config that has this value ('{phase}': the phase's name).
 _ADDED_FIELDS = {"model.remat": "none", "model.classifier": "linear",
                  "model.classifier_activation": "relu", "data.pixel_mean": 0.0,
-                 "data.pixel_std": 255.0, "{phase}.weight_decay_on": "matrices"}
+                 "data.pixel_std": 255.0, "data.downsample": 1,
+                 "{phase}.weight_decay_on": "matrices"}
 
 
 def data_section(config, phase: str) -> str:
@@ -133,6 +135,16 @@ def check_workdir_data(name: str, phase_dir: str, task: tasks.TaskData, fingerpr
                      f"changed).")
 
 
+def _weights_figure(rows, losses, path: str, title: str) -> None:
+  from spt_jax.analysis import plots  # Imported by runs that draw only: it loads matplotlib.
+  plots.weights(rows, losses, path, title)
+
+
+# The analysis a phase runs while it trains, handed to the trainer (which imports no analysis).
+ANALYSIS_HOOKS = train.AnalysisHooks(attention_tracker=attention_analysis.tracker,
+                                     weights_figure=_weights_figure)
+
+
 def trainer(config, name: str):
   """The phase trainer: composite SPT (several heads, weighted per step) has its own."""
   return train_composite if config[name].objective == "composite" else train
@@ -211,7 +223,8 @@ def run(config, workdir: str) -> dict:
     if not os.path.exists(os.path.join(workdir, name, DATA_RECORD)):  # Else checked equal above.
       write_json(os.path.join(workdir, name, DATA_RECORD),
                  {"fingerprint": fingerprints[section], "source": task.source, "task": task.name})
-    results[name] = trainer(config, name).train_phase(config, name, task, workdir, mesh)
+    results[name] = trainer(config, name).train_phase(config, name, task, workdir, mesh,
+                                                      hooks=ANALYSIS_HOOKS)
     write_json(os.path.join(workdir, "results.json"), results)
     faults.point("phase_finished")
   write_json(os.path.join(workdir, "results.json"), results)

@@ -12,6 +12,7 @@ import math
 import os
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import flax
@@ -26,7 +27,6 @@ from jax.sharding import PartitionSpec as P
 
 from spt_jax import (checkpoints, faults, host_memory, init_from, objectives, optim, param_groups,
                      preflight, tree)
-from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
@@ -398,38 +398,24 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
   return results
 
 
-def attention_tracker(name: str, cfg, model, task: TaskData, writer, steps: int, replicated):
-  """`after_step` hook logging proximity metrics of a fixed validation batch's attention every
-  cfg.attention_metrics_every_steps (None when not tracking). The maps are dense attention's with
-  the model's parameters, whichever exact implementation trains."""
-  if cfg.attention_metrics_every_steps <= 0:
-    return None
-  if model.attention not in ("dense",) + attention_analysis.EXACT:
-    logging.warning("[%s] attention metrics need exact attention, not model.attention=%r; not "
-                    "tracking them.", name, model.attention)
-    return None
-  probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
-  probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
-  # Maps come per encoded sequence ([2B, ...] for document pairs); pixels are never padding.
-  flat_probe = probe.reshape(-1, probe.shape[-1])
-  probe_mask = flat_probe != 0 if task.input_kind == "tokens" else jnp.ones(flat_probe.shape, bool)
+@dataclasses.dataclass(frozen=True)
+class AnalysisHooks:
+  """Analysis that runs inside a phase, handed in by the caller (experiment.py passes
+  spt_jax.analysis's), so that the trainer imports no analysis; a hook left None does not run.
 
-  @jax.jit
-  def attention_metrics(params):
-    out = {}
-    for layer, m in enumerate(attention_analysis.attention_maps(model, params, probe)):
-      for key, value in attention_analysis.proximity_metrics(m, probe_mask).items():
-        out[f"layer{layer}/{key}"] = value
-    return out
-
-  def after_step(step, state):
-    if step % cfg.attention_metrics_every_steps == 0 or step == steps:
-      writer.write(step, "attention", jax.device_get(attention_metrics(state.params)))
-  return after_step
+  attention_tracker(name, cfg, model, task, writer, steps, sharding): an `after_step(step, state)`
+    hook for `train_loop`, or None when the phase tracks nothing.
+  weights_figure(rows, losses, path, title): draws a composite phase's 'weights' rows of
+    metrics.jsonl into the image file `path`.
+  """
+  attention_tracker: Callable | None = None
+  weights_figure: Callable | None = None
 
 
-def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
-  """Runs (or resumes) phase `name` of `config` in `<workdir>/<name>` and returns its results."""
+def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
+                hooks: AnalysisHooks = AnalysisHooks()) -> dict:
+  """Runs (or resumes) phase `name` of `config` in `<workdir>/<name>` and returns its results.
+  `hooks.attention_tracker`, if any, logs attention metrics during training."""
   cfg = config[name]
   phase_dir = os.path.join(workdir, name)
   replicated = NamedSharding(mesh, P())
@@ -466,7 +452,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   def step_fn(state, batch, step):
     return train_step(state, to_global(batch, batch_sharding), train_rng)
 
-  after_step = attention_tracker(name, cfg, model, task, writer, steps, replicated)
+  after_step = (hooks.attention_tracker(name, cfg, model, task, writer, steps, replicated)
+                if hooks.attention_tracker is not None else None)
 
   def on_log(step, summary):
     return {"acc": f"{summary.get('accuracy', 0):.3f}"}

@@ -4,7 +4,7 @@ Same contract as `train.train_phase` (phase directory, Orbax latest/best/init ch
 metrics.jsonl, results.json, resumable bit-identically), so a following fine-tune loads it with
 `init_from.source=<phase>` and `init_from.exclude=("pretrain_heads/.*",)`. `experiment.run` sends
 every phase with `objective == "composite"` here, and `config_lib.validate` checks such a phase with
-`composite.validate_phase` (its fields come from `composite.phase_config()`).
+`composite.validate_phase` (its fields come from `config_lib.composite_phase_config()`).
 
 A step (spt_jax/composite.py for the views and heads, spt_jax/grap.py for the weighting):
   z = encoder(view 1) with its VJP kept; z2 = encoder(view 2), a constant (contrastive only)
@@ -18,7 +18,8 @@ latest checkpoint resumes it too.
 
 Written per phase beyond train.py's files: metrics.jsonl rows of split 'weights' every
 `composite.log_weights_every` steps (one column per loss, plus `align_<loss>`, `logit_<loss>`, ...
-for GraP) and `<phase>/weights.png` with their trajectories.
+for GraP) and `<phase>/weights.png` with their trajectories (drawn by the caller's
+`train.AnalysisHooks.weights_figure`).
 Validation selects the best checkpoint on `Composite.selection_metric` (the mlm head's masked-token
 accuracy when mlm is among the losses). The reported training `loss` is the unweighted sum of the
 head losses, comparable across weighting methods.
@@ -44,25 +45,6 @@ from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter
 from spt_jax.models import transformer
-
-
-# ---------------------------------------------------------------------------------------- Data
-def prepare_splits(task: TaskData, weighting: grap.Weighting, label_fraction: float) -> dict:
-  """The arrays the composite phase reads: inputs and example index everywhere; labels only when the
-  weighting needs a downstream signal, and in train only for the first `label_fraction` of examples
-  (the rest are zeroed with label weight 0, so they cannot leak)."""
-  splits = {}
-  for split, arrays in task.splits.items():
-    n = pipeline.num_examples(arrays)
-    out = {"inputs": arrays["inputs"], "index": np.arange(n, dtype=np.int32)}
-    if weighting.needs_downstream:
-      labelled = np.ones(n, bool)
-      if split == "train":
-        labelled = np.arange(n) < max(1, int(round(label_fraction * n)))
-      out["labels"] = np.where(labelled, arrays["labels"], 0).astype(np.int32)
-      out["label_weights"] = labelled.astype(np.float32)
-    splits[split] = out
-  return splits
 
 
 # ---------------------------------------------------------------------------------------- Model
@@ -178,32 +160,11 @@ def read_weight_rows(phase_dir: str) -> list[dict]:
     return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == "weights"]
 
 
-def plot_weights(phase_dir: str, losses, title: str) -> str | None:
-  """`<phase_dir>/weights.png`: each loss's weight against the step (from metrics.jsonl)."""
-  rows = read_weight_rows(phase_dir)
-  if not rows:
-    return None
-  from spt_jax.analysis import plots  # Selects matplotlib's Agg backend.
-  plt = plots.plt
-  steps = [r["step"] for r in rows]
-  fig, ax = plt.subplots(figsize=(6.0, 3.8))
-  for name in losses:
-    ax.plot(steps, [r[name] for r in rows], label=name)
-  ax.set_xlabel("step")
-  ax.set_ylabel("loss weight")
-  ax.set_title(title, fontsize=10)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  path = os.path.join(phase_dir, "weights.png")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
-
-
 # ---------------------------------------------------------------------------------------- Phase
-def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
-  """Runs (or resumes) composite phase `name` of `config` in `<workdir>/<name>`; its results."""
+def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
+                hooks: train.AnalysisHooks = train.AnalysisHooks()) -> dict:
+  """Runs (or resumes) composite phase `name` of `config` in `<workdir>/<name>`; its results.
+  `hooks.weights_figure`, if any, draws `<phase>/weights.png`."""
   cfg = config[name]
   composite.validate_phase(cfg, name)
   phase_dir = os.path.join(workdir, name)
@@ -214,7 +175,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
   # ---------------------------------------------------------------- Data, model and objective
   weighting = composite.weighting_from_config(cfg)
   comp = composite.build(config, name, task)
-  splits = prepare_splits(task, weighting, cfg.grap.label_fraction)
+  splits = composite.prepare_splits(task, weighting, cfg.grap.label_fraction)
   steps = train.total_steps(cfg, pipeline.num_examples(splits["train"]))
   init_rng, train_rng, eval_rng = jax.random.split(train.phase_rng(config.seed, name), 3)
 
@@ -263,8 +224,9 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh) -> dict:
                           comp.selection_metric, wall_start, on_log=on_log,
                           eta_check=preflight.EtaCheck(config, name, steps, workdir))
   weight_rows = read_weight_rows(phase_dir)
-  if jax.process_index() == 0:
-    plot_weights(phase_dir, comp.losses, f"{name}: {weighting.method} weights")
+  if jax.process_index() == 0 and weight_rows and hooks.weights_figure is not None:
+    hooks.weights_figure(weight_rows, comp.losses, os.path.join(phase_dir, "weights.png"),
+                         f"{name}: {weighting.method} weights")
   return train.finish_phase(
       name, cfg, steps, setup, loop, evaluate, writer, comp.selection_metric, wall_start,
       phase_dir, task, losses=list(comp.losses), weighting=weighting.method,

@@ -2,7 +2,9 @@ import json
 import os
 
 import numpy as np
+from conftest import load_config, tiny
 
+from spt_jax import experiment
 from spt_jax.analysis import attention
 from spt_jax.analysis.__main__ import analyse
 
@@ -53,3 +55,16 @@ def test_cli_analysis_of_spt_and_scratch_checkpoints(spt_run, tmp_path):
     assert saved["layers"][0]["overall"] == result["layers"][0]["overall"]
     assert len(saved["layers"][0]["heads"]) == 2
     assert -1 <= saved["layers"][0]["overall"]["diagonality"] <= 1
+
+
+def test_attention_metrics_are_logged_during_training(tmp_path, cache_dir):
+  """experiment.py hands `attention.tracker` to the trainer (which imports no analysis)."""
+  config = tiny(load_config("listops_scratch"), cache_dir)
+  config.finetune.attention_metrics_every_steps = 3
+  experiment.run(config, str(tmp_path))
+  rows = [json.loads(line) for line in open(tmp_path / "finetune" / "metrics.jsonl")]
+  tracked = [r for r in rows if r["split"] == "attention"]
+  assert [r["step"] for r in tracked] == [3, 6]
+  for r in tracked:
+    assert set(r) >= {"layer0/mean_distance", "layer0/band_mass", "layer0/diagonality"}
+    assert -1 <= r["layer0/diagonality"] <= 1

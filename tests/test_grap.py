@@ -171,11 +171,11 @@ def test_span_mask_and_random_targets():
 def test_label_fraction_hides_the_other_labels():
   arrays = {"inputs": np.zeros((10, 4), np.uint8), "labels": np.ones(10, np.int32)}
   task = TaskData("t", synthetic.vocabulary(4), 2, 4, {"train": arrays, "val": arrays}, "test")
-  splits = train_composite.prepare_splits(task, grap.Weighting("grap", 2), 0.3)
+  splits = composite.prepare_splits(task, grap.Weighting("grap", 2), 0.3)
   assert splits["train"]["label_weights"].tolist() == [1] * 3 + [0] * 7
   assert splits["train"]["labels"].tolist() == [1] * 3 + [0] * 7
   assert splits["val"]["label_weights"].all()
-  plain = train_composite.prepare_splits(task, grap.Weighting("uniform", 2), 0.3)
+  plain = composite.prepare_splits(task, grap.Weighting("uniform", 2), 0.3)
   assert "labels" not in plain["train"]  # no downstream signal: labels are never read
 
 
@@ -210,9 +210,9 @@ def composite_routing(monkeypatch):
                       tuple(dict.fromkeys(objectives.OBJECTIVES + ("composite",))))
   plain = train.train_phase
 
-  def route(config, name, *args):
+  def route(config, name, *args, **kwargs):
     trainer = train_composite.train_phase if config[name].objective == "composite" else plain
-    return trainer(config, name, *args)
+    return trainer(config, name, *args, **kwargs)
   monkeypatch.setattr(train, "train_phase", route)
 
 
@@ -340,8 +340,7 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path, composite_routing):
   # One batch by hand: grad of (loss ∘ encoder) w.r.t. the encoder, for mlm and for the probe.
   task = tasks.load(config.data)
   comp = composite.build(config, "pretrain", task)
-  splits = train_composite.prepare_splits(task, composite.weighting_from_config(config.pretrain),
-                                          1.0)
+  splits = composite.prepare_splits(task, composite.weighting_from_config(config.pretrain), 1.0)
   batch = next(pipeline.train_batches(splits["train"], 16, seed=3, start_step=0))
   params = checkpoints.restore_item(str(tmp_path / "pretrain/checkpoints/latest/10/params"))
   rng = jax.random.PRNGKey(7)

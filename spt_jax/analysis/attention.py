@@ -1,4 +1,5 @@
-"""Attention maps from any checkpoint, proximity metrics, and the position-code interaction.
+"""Attention maps from any checkpoint, proximity metrics, and the position-code interaction; and
+`tracker`, the trainer's hook that logs the metrics during training.
 
 Maps come from the 'intermediates' collection the attention layers `sow` into: the forward pass is the
 same computation as in training (nothing is re-implemented), so the numerics are the model's own.
@@ -8,7 +9,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
+from spt_jax.data import pipeline
 from spt_jax.models.transformer import sinusoidal_encoding
 
 
@@ -75,3 +78,33 @@ def position_interaction(params, layer: int, length: int) -> np.ndarray:
   q = np.einsum("ld,dhk->hlk", pe, wq)
   k = np.einsum("ld,dhk->hlk", pe, wk)
   return np.einsum("hqk,hlk->hql", q, k) / np.sqrt(wq.shape[-1])
+
+
+def tracker(name: str, cfg, model, task, writer, steps: int, replicated):
+  """`after_step` hook logging proximity metrics of a fixed validation batch's attention every
+  cfg.attention_metrics_every_steps (None when not tracking), for `train.AnalysisHooks`. The maps are
+  dense attention's with the model's parameters, whichever exact implementation trains."""
+  if cfg.attention_metrics_every_steps <= 0:
+    return None
+  if model.attention not in ("dense",) + EXACT:
+    logging.warning("[%s] attention metrics need exact attention, not model.attention=%r; not "
+                    "tracking them.", name, model.attention)
+    return None
+  probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
+  probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)
+  # Maps come per encoded sequence ([2B, ...] for document pairs); pixels are never padding.
+  flat_probe = probe.reshape(-1, probe.shape[-1])
+  probe_mask = flat_probe != 0 if task.input_kind == "tokens" else jnp.ones(flat_probe.shape, bool)
+
+  @jax.jit
+  def attention_metrics(params):
+    out = {}
+    for layer, m in enumerate(attention_maps(model, params, probe)):
+      for key, value in proximity_metrics(m, probe_mask).items():
+        out[f"layer{layer}/{key}"] = value
+    return out
+
+  def after_step(step, state):
+    if step % cfg.attention_metrics_every_steps == 0 or step == steps:
+      writer.write(step, "attention", jax.device_get(attention_metrics(state.params)))
+  return after_step

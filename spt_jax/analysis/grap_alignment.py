@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from spt_jax import checkpoints, composite, grap, train_composite, tree
+from spt_jax import checkpoints, composite, grap, tree
 from spt_jax.analysis import read_phase_config
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline, tasks
@@ -84,8 +84,8 @@ def measure(config, phase: str, params, *, num_batches: int, seed: int = 0) -> d
                      f"weighting='grap' phase trains ({HEADS}/{PROBE}).")
   task = tasks.load(config[cfg.get("data") or "data"])  # The phase's own data section.
   comp = composite.build(config, phase, task)
-  splits = train_composite.prepare_splits(task, composite.weighting_from_config(cfg),
-                                          cfg.grap.label_fraction)
+  splits = composite.prepare_splits(task, composite.weighting_from_config(cfg),
+                                    cfg.grap.label_fraction)
   statistics = make_batch_statistics(comp)
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=seed, start_step=0,
                                    process_index=0, process_count=1)

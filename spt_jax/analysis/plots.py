@@ -61,3 +61,20 @@ def bars(names, means, stds, path: str, *, ylabel: str, title: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def weights(rows, losses, path: str, title: str) -> None:
+  """Each loss's weight against the step, from a composite phase's 'weights' rows of metrics.jsonl
+  (for `train.AnalysisHooks.weights_figure`)."""
+  steps = [r["step"] for r in rows]
+  fig, ax = plt.subplots(figsize=(6.0, 3.8))
+  for name in losses:
+    ax.plot(steps, [r[name] for r in rows], label=name)
+  ax.set_xlabel("step")
+  ax.set_ylabel("loss weight")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
