@@ -264,6 +264,7 @@ def pathfinder_data(resolution: int = 32, **overrides) -> ml_collections.ConfigD
       task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
       resolution=resolution, difficulty="hard", representation="pixels",
       max_length=resolution * resolution,
+      downsample=1,  # > 1: each image shrunk by this factor (block means), e.g. 32x32 → 16x16
       pixel_mean=127.5, pixel_std=127.5,  # (x / 255 - 0.5) / 0.5, as Amos et al.
       generator=ml_collections.ConfigDict(dict(num_images=200_000, seed=0))))
   c.update(overrides)
@@ -364,6 +365,18 @@ _CPU = {
         pretrain_data=lambda: listops_data(num_train=20_000, num_val=2_000, num_test=2_000,
                                            min_length=16, max_length=64, max_depth=4,
                                            max_args=4)),
+    "pathfinder": dict(
+        # LRA's 32x32 images (the faithful generator), contour 6, shrunk to 16x16 (256 pixels): a
+        # 32x32 step is ~8x slower, and contour 14 at 16x16 is a tangle (docs/lra_cpu.md).
+        data=dict(difficulty="easy", downsample=2, max_length=256,
+                  generator=dict(num_images=25_000)),
+        model=dict(num_layers=2, d_model=64, num_heads=4, d_ff=64),
+        pretrain=dict(num_steps=1500, warmup_steps=150),
+        finetune=dict(num_steps=1500, warmup_steps=150),
+        # Cross-task SPT: the long contours (14) of the same generator, shrunk alike.
+        pretrain_data=lambda: pathfinder_data(32, difficulty="hard", downsample=2, max_length=256,
+                                              generator=ml_collections.ConfigDict(dict(
+                                                  num_images=25_000, seed=0)))),
 }
 
 

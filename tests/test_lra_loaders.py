@@ -411,3 +411,15 @@ def test_bad_tfds_arguments():
     text.load_split("train", max_length=0)
   with pytest.raises(ValueError, match="Unknown CIFAR-10 split"):
     image.load_split("dev")
+
+
+def test_pathfinder_downsample_is_the_block_mean_and_the_signature_follows():
+  from spt_jax import config_lib
+  from spt_jax.data import tasks
+  image = np.arange(16, dtype=np.uint8).reshape(1, 16) * 10  # one 4x4 image
+  small = tasks.downsample(image, 4, 2)
+  assert small.tolist() == [[25, 45, 105, 125]]  # e.g. mean(0, 10, 40, 50) = 25
+  with pytest.raises(ValueError, match="downsample=3 must be a positive divisor"):
+    tasks.downsample(image, 4, 3)
+  cfg = config_lib.pathfinder_data(32, downsample=2)
+  assert tasks.signature(cfg)["max_length"] == 256

@@ -116,6 +116,17 @@ def _image(cfg) -> TaskData:
                   **_pixel_norm(cfg))
 
 
+def downsample(pixels: np.ndarray, resolution: int, factor: int) -> np.ndarray:
+  """[N, res*res] 8-bit images → [N, (res/factor)²]: the mean of each factor x factor block, rounded
+  (a smaller image of the same scene, not one drawn at the smaller size)."""
+  if factor < 1 or resolution % factor:
+    raise ValueError(f"config.data.downsample={factor} must be a positive divisor of the "
+                     f"resolution {resolution}.")
+  side = resolution // factor
+  blocks = pixels.reshape(-1, side, factor, side, factor).astype(np.float32).mean(axis=(2, 4))
+  return np.rint(blocks).astype(np.uint8).reshape(len(pixels), side * side)
+
+
 def _pathfinder(cfg) -> TaskData:
   res, difficulty = cfg.resolution, cfg.difficulty
   gen = cfg.generator
@@ -129,8 +140,12 @@ def _pathfinder(cfg) -> TaskData:
   else:
     pathfinder.ensure_files(root, res, difficulty, spec if cfg.generate else None)
   splits = {s: pathfinder.load_split(root, res, difficulty, s) for s in ("train", "val", "test")}
-  return TaskData(f"pathfinder{res}", BYTE_VOCAB, 2, res * res,
-                  _as_representation(splits, cfg.representation), root,
+  factor = cfg.get("downsample", 1)
+  if factor > 1:
+    splits = {s: dict(a, pixels=downsample(a["pixels"], res, factor)) for s, a in splits.items()}
+  side = res // factor
+  return TaskData(f"pathfinder{res}" + (f"_to{side}" if factor > 1 else ""), BYTE_VOCAB, 2,
+                  side * side, _as_representation(splits, cfg.representation), root,
                   input_kind="pixels" if cfg.representation == "pixels" else "tokens",
                   generated=not cfg.data_dir, **_pixel_norm(cfg))
 
@@ -150,7 +165,8 @@ def signature(cfg) -> dict:
     vocab = BYTE_VOCAB
   kind = cfg.get("representation", "tokens") if cfg.task in ("image", "pathfinder") else "tokens"
   length = (image.NUM_PIXELS if cfg.task == "image" else
-            cfg.resolution ** 2 if cfg.task == "pathfinder" else cfg.max_length)
+            (cfg.resolution // cfg.get("downsample", 1)) ** 2 if cfg.task == "pathfinder"
+            else cfg.max_length)
   return {"task": cfg.task, "input_kind": kind, "vocab": vocab.tokens, "max_length": length}
 
 
