@@ -20,7 +20,8 @@ A sweep config (ml_collections) has:
   output     optional subdirectory of the workdir for the outputs ('' = the workdir itself), so that
              several sweeps can share one workdir and with it the runs they have in common
 Any other field, or a required one missing, is an error naming the config file.
-Each run lives in `<workdir>/<name>/seed_<s>`; one with a results.json is finished and not re-run.
+Each run lives in `<workdir>/<name>/seed_<s>`; one whose results.json holds every phase it runs is
+finished and not re-run (a run killed between its phases resumes).
 Its `run_spec.json` records the config and overrides it was started with: a sweep that names the
 same run directory with another spec is refused (rename the run), so sharing never mixes up runs.
 Out: `<workdir>/<output>/table.md`, `table.csv`, `results.json` and `plot.png`.
@@ -163,6 +164,17 @@ def references(overrides: dict) -> set[str]:
   return {name for v in overrides.values() if isinstance(v, str) for name in _REFERENCE.findall(v)}
 
 
+def finished(run_dir: str, overrides: dict) -> bool:
+  """Whether the run's results.json holds all its phases (it is rewritten after each phase)."""
+  path = os.path.join(run_dir, "results.json")
+  if not os.path.exists(path):
+    return False
+  phases = overrides.get("phases") or load_config(overrides["config"]).phases
+  with open(path) as f:
+    done = json.load(f)
+  return all(p.strip() in done for p in phases.split(",") if p.strip())
+
+
 def check_run_spec(run_dir: str, spec: dict) -> None:
   """Records the spec a run directory is started with; another spec there is an error."""
   path = os.path.join(run_dir, RUN_SPEC)
@@ -259,7 +271,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
     path = os.path.join(run_dir, RUN_SPEC)
     if os.path.exists(path):
       check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
-  todo = [j for j in jobs if not os.path.exists(os.path.join(j[3], "results.json"))]
+  todo = [j for j in jobs if not finished(j[3], j[1])]
   logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
   for _, overrides, seed, run_dir, _ in todo:
     check_run_spec(run_dir, {"overrides": overrides, "seed": seed})

@@ -95,18 +95,23 @@ def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkey
     if name == "broken":
       raise RuntimeError(f"{run_dir} failed")
     os.makedirs(run_dir, exist_ok=True)
-    sweep.json.dump({"finetune": {"steps": 1}}, open(os.path.join(run_dir, "results.json"), "w"))
+    with open(os.path.join(run_dir, "results.json"), "w") as f:
+      sweep.json.dump({"pretrain": {}, "finetune": {"steps": 1}}, f)
     events.append(("end", name, seed))
 
   monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
   ref = "phases=finetune finetune.init_from.source={workdir}/%s/seed_{seed}/pretrain"
   sweep_cfg = config_lib.sweep_config(
-      base="b.py", seeds=(0, 1), title="t", metrics=("finetune.steps",),
+      base="configs/synthetic_spt.py:smoke", seeds=(0, 1), title="t", metrics=("finetune.steps",),
       runs=[f"child: {ref % 'parent'}", "parent:", "broken:", f"orphan: {ref % 'broken'}"])
+  # A run killed after its first phase left a results.json without its last: not finished.
+  os.makedirs(tmp_path / "parent/seed_0")
+  (tmp_path / "parent/seed_0/results.json").write_text('{"pretrain": {}}')
   with pytest.raises(RuntimeError) as error:
     sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2)
   for seed in (0, 1):
     assert events.index(("end", "parent", seed)) < events.index(("start", "child", seed))
+    assert events.count(("start", "parent", seed)) == 1
     assert ("start", "orphan", seed) not in events
   assert str(error.value).count("not run, it starts from a run that failed") == 2
   assert str(error.value).count("failed") >= 4
