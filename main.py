@@ -10,7 +10,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from spt_jax import checkpoints, distributed, experiment, host_memory
+from spt_jax import checkpoints, distributed, experiment, platform
 
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
@@ -22,7 +22,7 @@ flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, how many devices the
                      "cores, but XLA aborts the run when the devices' in-process all-reduce waits "
                      "over 40 s, which happened to 6 of 10 runs beside 3 busy processes "
                      "(benchmarks/README.md); logged as a warning. A resumed run must use the same "
-                     "count to be bit-identical.")
+                     "count to be bit-identical (spt_jax/platform.py).")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
                   "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
                   "up to ~5x the step's temporaries in resident memory (given back automatically "
@@ -33,11 +33,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if flags.FLAGS.retain_freed_memory:
-    host_memory.retain_freed_memory()  # Before the backend starts its threads.
   # Before anything touches a device: the backend is created once, and one created before joining
   # the multi-process job would only ever see this process's devices.
-  distributed.split_cpu_into_devices(flags.FLAGS.config, flags.FLAGS.cpu_devices)
+  platform.configure_process(flags.FLAGS.config, flags.FLAGS.cpu_devices,
+                             flags.FLAGS.retain_freed_memory)
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)

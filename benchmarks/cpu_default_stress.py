@@ -117,7 +117,7 @@ def one_run(index: int, args, forwarded: list[str]) -> dict:
                                 if isinstance(v, dict) and "devices" in v})
   with open(log_path, errors="replace") as f:
     output = f.read()
-  # XLA's own log line (file:line), not the quotation in spt_jax/distributed.py's opt-in warning.
+  # XLA's own log line (file:line), not the quotation in spt_jax/platform.py's opt-in warning.
   rendezvous = re.search(r"^.*rendezvous\.cc:\d+.*$", output, re.M)
   record["rendezvous_timeout"] = rendezvous is not None
   if rendezvous:

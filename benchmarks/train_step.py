@@ -37,8 +37,9 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import (config_lib, distributed, experiment, host_memory, objectives,  # noqa: E402
-                     optim, train, tree)
+from spt_jax import (config_lib, experiment, host_memory, objectives, optim, train,  # noqa: E402
+                     tree)
+from spt_jax import platform as spt_platform  # noqa: E402 (the stdlib's `platform` is used too)
 from spt_jax.data import listops, pipeline  # noqa: E402
 from spt_jax.data.tasks import TaskData  # noqa: E402
 from spt_jax.data.vocab import BYTE_VOCAB  # noqa: E402
@@ -279,8 +280,8 @@ class JaxStep:
     model = train.build_model(model_cfg, self.task, objective)
     self.mlm_outputs = getattr(model, "mlm_outputs", 0)
     # As main.py: data-parallel over as many (per-core CPU) devices as the batch divides into.
-    mesh = experiment.make_mesh(jax.devices()[:distributed.cpu_device_count([batch],
-                                                                             jax.device_count())])
+    mesh = experiment.make_mesh(jax.devices()[:spt_platform.cpu_device_count([batch],
+                                                                              jax.device_count())])
     self.devices = mesh.size
     replicated = NamedSharding(mesh, P())
     self.batch_sharding = NamedSharding(mesh, P("data"))
@@ -642,8 +643,8 @@ def main(argv=None) -> dict:
                            "its batch divides into; main.py's default is 1)")
   args = parser.parse_args(argv)
   host_memory.retain_freed_memory()  # As main.py does, before JAX's backend starts its threads.
-  distributed.use_cpu_devices(
-      distributed.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
+  spt_platform.use_cpu_devices(
+      spt_platform.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
   if args.render:
     with open(args.render) as f:
       report = json.load(f)

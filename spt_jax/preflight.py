@@ -1,10 +1,10 @@
 """Whether a phase can run on this machine: its memory before the first step, its time after the first.
 
 Memory: the compiled train step's temporaries and outputs (XLA's memory analysis, per device; the
-devices of a CPU host share its memory) against what is free for them, host RAM (MemAvailable) on the
-CPU backend and each accelerator's `memory_stats()` elsewhere. A step that cannot fit stops the run
-before it starts, with the estimate, the memory available and what each config field that reduces it
-would give, instead of the kernel's OOM killer ending the process minutes later.
+devices of a CPU host share its memory) against what is free for them (`platform.available_memory`:
+host RAM on the CPU backend, each accelerator's `memory_stats()` elsewhere). A step that cannot fit
+stops the run before it starts, with the estimate, the memory available and what each config field
+that reduces it would give, instead of the kernel's OOM killer ending the process minutes later.
 
 Time: once the first steps are timed (`ETA_PROBE_STEPS` or `ETA_PROBE_S`), a phase whose remaining
 steps would take longer than `ETA_WARNING_S` at that rate gets one prominent warning with a variant
@@ -23,8 +23,7 @@ from typing import Callable
 import ml_collections
 from absl import logging
 
-from spt_jax import config_lib, host_memory
-from spt_jax.models import attention
+from spt_jax import config_lib, platform
 
 # The share of the available memory a step may plan on: the rest is for the evaluation step, the
 # input pipeline and the allocator's slack.
@@ -53,7 +52,7 @@ class StepMemory:
   def of(cls, compiled, devices) -> "StepMemory":
     m = compiled.memory_analysis()
     get = lambda key: int(getattr(m, key, 0) or 0) if m is not None else 0
-    shared = len(devices) if devices[0].platform == "cpu" else 1
+    shared = len(devices) if platform.shares_host_memory(devices) else 1
     return cls(get("argument_size_in_bytes"), get("output_size_in_bytes"),
                get("alias_size_in_bytes"), get("temp_size_in_bytes"), shared)
 
@@ -61,18 +60,6 @@ class StepMemory:
   def needed(self) -> int:
     """What the step allocates when it runs; its arguments (state and batch) are in memory already."""
     return self.devices * (self.temporaries + max(self.outputs - self.aliased, 0))
-
-
-def available_memory(devices) -> tuple[int | None, str]:
-  """(Bytes free for the step, what they are): host memory on the CPU backend, else the least free
-  memory of `devices`; None where it is unknown. Tests replace this function."""
-  if devices[0].platform == "cpu":
-    return host_memory.available_memory_bytes(), "host memory (MemAvailable)"
-  stats = [d.memory_stats() or {} for d in devices]
-  if not all("bytes_limit" in s for s in stats):
-    return None, f"{devices[0].platform} memory"
-  free = min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
-  return free, f"{devices[0].platform} memory (on the fullest device)"
 
 
 def gb(n: float) -> str:
@@ -111,7 +98,7 @@ def remedies(config, name: str, length: int, devices: int) -> list[Remedy]:
     out.append(Remedy(f"--config.{name}.batch_size={batch // 2}", batch_scale=0.5))
   implementation, block = m.attention, m.attention_block_size
   if implementation == "auto":
-    implementation, block = attention.resolve_auto(length, m.dropout_rate > 0)
+    implementation, block = platform.resolve_auto_attention(length, m.dropout_rate > 0)
     block = block or m.attention_block_size
   if implementation == "dense" and m.dropout_rate == 0:
     out.append(Remedy("--config.model.attention=blockwise",
@@ -131,7 +118,7 @@ def check_step_memory(name: str, memory: StepMemory, devices, config, length: in
   available, listing the remedies with their estimates: `estimate(remedy)` compiles the changed step,
   as far as ESTIMATE_BUDGET_S allows (a compilation is assumed to take `compile_s`, as the first did);
   a smaller batch is otherwise estimated as linear in the batch."""
-  available, what = available_memory(devices)
+  available, what = platform.available_memory(devices)
   if available is None or memory.needed <= FIT_FRACTION * available:
     return
   limit = FIT_FRACTION * available

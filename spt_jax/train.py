@@ -25,12 +25,11 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import (checkpoints, faults, host_memory, init_from, objectives, optim, param_groups,
+from spt_jax import (checkpoints, faults, init_from, objectives, optim, param_groups, platform,
                      preflight, tree)
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
-from spt_jax.models import transformer
 from spt_jax.models.transformer import SequenceModel
 
 
@@ -114,7 +113,7 @@ def make_steps(model, objective, tx, trainable, mesh):
 
   train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
                   out_shardings=(replicated, replicated), donate_argnums=(0,),
-                  compiler_options=transformer.step_compiler_options(model.remat))
+                  compiler_options=platform.step_compiler_options(model.remat))
   evaluate = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
                      out_shardings=replicated)
   return train, evaluate
@@ -138,9 +137,8 @@ def first_call_checks_memory(step, mesh, config, name: str, rebuild=None):
   """Wraps the jitted `step(state, batch, rng)` so that its first call compiles it (the compilation
   that call needs anyway) and, before running it, stops the run if the step cannot fit in memory
   (`preflight.check_step_memory`; each remedy estimated by compiling the step that `rebuild(config)`
-  makes for the changed config, or `step` itself at a smaller batch). On the CPU backend with
-  `host_memory`'s retained heap in effect, the heap goes back to glibc's defaults if keeping the
-  step's temporaries could exhaust the host's memory."""
+  makes for the changed config, or `step` itself at a smaller batch), and has the platform fit the
+  host heap to the step's temporaries (`platform.fit_heap_to_step`)."""
   unchecked = [True]
 
   def checked(*args):
@@ -160,8 +158,7 @@ def first_call_checks_memory(step, mesh, config, name: str, rebuild=None):
 
       preflight.check_step_memory(name, memory, devices, config, args[1]["inputs"].shape[-1],
                                   estimate, compile_s)
-      if host_memory.retained() and jax.default_backend() == "cpu":
-        host_memory.release_if_too_costly(memory.temporaries, devices=len(devices))
+      platform.fit_heap_to_step(memory.temporaries, devices=len(devices))
     return step(*args)
 
   return checked

@@ -39,12 +39,11 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import composite, grap, preflight, train
+from spt_jax import composite, grap, platform, preflight, train
 from spt_jax.composite import HEADS, PROBE
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter
-from spt_jax.models import transformer
 
 
 # ---------------------------------------------------------------------------------------- Model
@@ -136,7 +135,7 @@ def make_steps(comp: composite.Composite, weighting: grap.Weighting, tx, trainab
 
   train_fn = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
                      out_shardings=(replicated, replicated, replicated), donate_argnums=(0,),
-                     compiler_options=transformer.step_compiler_options(comp.encoder.remat))
+                     compiler_options=platform.step_compiler_options(comp.encoder.remat))
   eval_fn = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
                     out_shardings=replicated)
   return train_fn, eval_fn

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spt_jax import platform
 from spt_jax.models import attention
 from spt_jax.models.transformer import SequenceModel
 
@@ -93,13 +94,14 @@ def test_sequence_model_blockwise_matches_dense():
 
 
 def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeypatch):
-  monkeypatch.setattr(attention, "AUTO_CPU_MIN_LENGTH", 16)
+  monkeypatch.setattr(platform, "AUTO_CPU_MIN_LENGTH", 16)
   on_cpu = jax.default_backend() == "cpu"
-  assert attention.resolve_auto(16, dropout=False) == (
-      ("blockwise", attention.AUTO_CPU_BLOCK) if on_cpu else ("dense", None))
-  assert attention.resolve_auto(15, dropout=False) == ("dense", None)
-  assert attention.resolve_auto(64, dropout=True) == ("dense", None)  # Only dense has dropout.
-  monkeypatch.setattr(attention, "AUTO_CPU_BLOCK", 8)
+  assert platform.resolve_auto_attention(16, dropout=False) == (
+      ("blockwise", platform.AUTO_CPU_BLOCK) if on_cpu else ("dense", None))
+  assert platform.resolve_auto_attention(15, dropout=False) == ("dense", None)
+  # Only dense has dropout.
+  assert platform.resolve_auto_attention(64, dropout=True) == ("dense", None)
+  monkeypatch.setattr(platform, "AUTO_CPU_BLOCK", 8)
   q, k, v, _, mask = _inputs(21)
   auto, weights = attention.attend(q, k, v, mask, implementation="auto", block_size=512)
   dense, _ = attention.attend(q, k, v, mask, implementation="dense", block_size=512)

@@ -1,4 +1,4 @@
-"""spt_jax/models/dense.py: the same Dense layer, with a kernel gradient XLA:CPU runs in YNNPACK."""
+"""spt_jax/platform.py's Dense matmul: the same layer, with a kernel gradient XLA:CPU runs in YNNPACK."""
 import re
 
 import flax.linen as nn
@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spt_jax import platform
 from spt_jax.models import dense
 
 
@@ -22,7 +23,7 @@ def _value_and_grads(layer, x):
 def test_values_and_gradients_match_nn_dense(shape, features):
   x = jax.random.normal(jax.random.PRNGKey(2), shape)
   expected = _value_and_grads(nn.Dense(features), x)
-  got = _value_and_grads(nn.Dense(features, dot_general=dense.kernel_grad_dot_general), x)
+  got = _value_and_grads(nn.Dense(features, dot_general=platform.kernel_grad_dot_general), x)
   for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -42,17 +43,19 @@ def test_kernel_gradient_is_not_a_transposed_operand_dot_on_cpu():
   # XLA's transpose folding would merge our explicit transpose back into the dot; the barriers must
   # stop it. The check itself must see the default layer's transposed-operand dot.
   assert _token_contracting_dots(None), "the check no longer sees nn.Dense's own kernel-gradient dot"
-  assert not _token_contracting_dots(dense.kernel_grad_dot_general)
+  assert not _token_contracting_dots(platform.kernel_grad_dot_general)
 
 
 def test_refuses_what_nn_dense_never_asks_for():
   x, kernel = jnp.ones((4, 3)), jnp.ones((4, 5))
   with pytest.raises(ValueError, match=r"x @ kernel only.*\(4, 3\) and \(4, 5\)"):
-    dense.kernel_grad_dot_general(x, kernel, (((0,), (0,)), ((), ())))
+    platform.kernel_grad_dot_general(x, kernel, (((0,), (0,)), ((), ())))
 
 
 def test_model_uses_it_on_cpu_only(monkeypatch):
   monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-  assert dense.dense_dot_general() is dense.kernel_grad_dot_general
+  assert platform.dense_dot_general() is platform.kernel_grad_dot_general
+  assert dense.Dense(4).dot_general is platform.kernel_grad_dot_general
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-  assert dense.dense_dot_general() is None
+  assert platform.dense_dot_general() is None
+  assert dense.Dense(4).dot_general is None

@@ -36,9 +36,9 @@ LAYERS = (
     ("components", ("spt_jax.models.*", "spt_jax.data.*", "spt_jax.checkpoints", "spt_jax.init_from",
                     "spt_jax.param_groups", "spt_jax.optim", "spt_jax.metric_writers",
                     "spt_jax.theory.*")),
-    # Trees, fault points, multi-process start-up, the host heap.
-    ("utilities", ("spt_jax", "spt_jax.tree", "spt_jax.faults", "spt_jax.distributed",
-                   "spt_jax.host_memory")),
+    # Trees, fault points, the platform (devices, heap, backend kernels), multi-process start-up.
+    ("utilities", ("spt_jax", "spt_jax.tree", "spt_jax.faults", "spt_jax.platform",
+                   "spt_jax.distributed", "spt_jax.host_memory")),
 )
 
 
@@ -218,3 +218,22 @@ def test_the_checks_see_what_they_should():
   assert layer_of("spt_jax.theory.experiments")[1] == "entry"
   assert layer_of("spt_jax.theory.diagonal")[1] == "components"
   assert layer_of("spt_jax.somewhere_new") is None
+
+
+def test_only_the_platform_module_asks_which_backend_it_runs_on(modules):
+  """Backend-dependent choices live in spt_jax/platform.py: elsewhere no `jax.default_backend()` and
+  no comparison of a device's `.platform`."""
+  asking = []
+  for module, path in sorted(modules.items()):
+    if module == "spt_jax.platform":
+      continue
+    with open(path) as f:
+      tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Attribute) and node.attr == "default_backend":
+        asking.append(f"{module}:{node.lineno}: default_backend")
+      elif isinstance(node, ast.Compare) and any(
+          isinstance(side, ast.Attribute) and side.attr == "platform"
+          for side in [node.left, *node.comparators]):
+        asking.append(f"{module}:{node.lineno}: compares .platform")
+  assert not asking, "backend questions outside spt_jax/platform.py:\n  " + "\n  ".join(asking)

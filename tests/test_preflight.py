@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config, tiny
-from spt_jax import config_lib, experiment, preflight, tree
+from spt_jax import config_lib, experiment, platform, preflight, tree
 from spt_jax.models import transformer
 from spt_jax.models.transformer import SequenceModel
 
@@ -40,7 +40,7 @@ def test_layer_remat_keeps_parameter_paths_loss_and_gradients():
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(remat_params)):
     np.testing.assert_array_equal(a, b)
   (loss_a, grads_a), (loss_b, grads_b) = (
-      jax.jit(jax.value_and_grad(_loss(m)), compiler_options=transformer.step_compiler_options(
+      jax.jit(jax.value_and_grad(_loss(m)), compiler_options=platform.step_compiler_options(
           m.remat))(params, TOKENS) for m in (plain, remat))
   np.testing.assert_allclose(loss_a, loss_b, rtol=1e-6)
   for path, g in tree.flatten(grads_a).items():
@@ -56,7 +56,7 @@ def test_layer_remat_shrinks_the_compiled_steps_temporaries():
     tokens = np.tile(TOKENS, (2, 4))  # [8, 256]
     params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), tokens[:1])["params"])
     step = jax.jit(jax.grad(_loss(model)),
-                   compiler_options=transformer.step_compiler_options(remat))
+                   compiler_options=platform.step_compiler_options(remat))
     temps[remat] = step.lower(params, tokens).compile().memory_analysis().temp_size_in_bytes
   assert temps["layer"] < 0.6 * temps["none"], temps
 
@@ -70,7 +70,7 @@ def test_remat_is_validated():
 
 def test_a_step_that_cannot_fit_stops_the_run_before_it_runs(tmp_path, cache_dir, monkeypatch):
   config = tiny(load_config("listops_spt"), cache_dir)
-  monkeypatch.setattr(preflight, "available_memory", lambda devices: (2**10, "test memory"))
+  monkeypatch.setattr(platform, "available_memory", lambda devices: (2**10, "test memory"))
   monkeypatch.setattr(preflight, "ESTIMATE_BUDGET_S", 600.0)  # a loaded machine compiles slowly
   with pytest.raises(preflight.StepMemoryError) as raised:
     experiment.run(config, str(tmp_path))
@@ -107,10 +107,10 @@ def test_remedies_past_the_compile_budget_are_estimated_or_named():
 
 def test_a_step_that_fits_passes(monkeypatch):
   memory = preflight.StepMemory(arguments=0, outputs=0, aliased=0, temporaries=2**30, devices=2)
-  monkeypatch.setattr(preflight, "available_memory", lambda devices: (3 * 2**30, "test memory"))
+  monkeypatch.setattr(platform, "available_memory", lambda devices: (3 * 2**30, "test memory"))
   preflight.check_step_memory("pretrain", memory, jax.devices(), load_config("listops_spt"), 2000,
                               None, compile_s=0.0)
-  monkeypatch.setattr(preflight, "available_memory", lambda devices: (None, "unknown"))
+  monkeypatch.setattr(platform, "available_memory", lambda devices: (None, "unknown"))
   preflight.check_step_memory("pretrain", memory, jax.devices(), load_config("listops_spt"), 2000,
                               None, compile_s=0.0)
 

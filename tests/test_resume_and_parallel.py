@@ -10,7 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from conftest import ROOT, load_config, tiny, tiny_flags
-from spt_jax import checkpoints, distributed, experiment, tree
+from spt_jax import checkpoints, experiment, platform, tree
 
 PHASES = ("pretrain", "finetune")
 
@@ -139,25 +139,25 @@ def test_eight_devices_match_one_device(tmp_path, spt_run):
 def test_opted_in_cpu_devices_split_as_batches_allow_and_warn_once():
   # main.py's default is one device (--cpu_devices=1, tests/test_cpu_default_stress.py runs it);
   # -1 (one per core) or N are the opt-in, which must say what it risks, once per process.
-  code = ("import jax; from spt_jax import distributed; from conftest import load_config; "
+  code = ("import jax; from spt_jax import platform; from conftest import load_config; "
           "c = load_config('listops_spt', 'smoke'); c.finetune.batch_size = 6; "
-          "n = distributed.split_cpu_into_devices(c, {requested}); "
-          "assert distributed.split_cpu_into_devices(c, {requested}) == n; "
+          "n = platform.split_cpu_into_devices(c, {requested}); "
+          "assert platform.split_cpu_into_devices(c, {requested}) == n; "
           "print(n, jax.device_count(), jax.config.values['jax_cpu_enable_async_dispatch'])")
   env = {k: v for k, v in os.environ.items() if not k.startswith("SPT_JAX") and k != "XLA_FLAGS"}
-  for requested, cores in ((-1, distributed.usable_cores()), (4, 4), (1, 1)):
+  for requested, cores in ((-1, platform.usable_cores()), (4, 4), (1, 1)):
     out = subprocess.run([sys.executable, "-c", code.format(requested=requested)], cwd=ROOT,
                          env=dict(env, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.join(ROOT, "tests")),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    expected = distributed.cpu_device_count([8, 6], cores)  # smoke pretrain 8, finetune 6
+    expected = platform.cpu_device_count([8, 6], cores)  # smoke pretrain 8, finetune 6
     # Several devices: synchronous dispatch, one multi-device program in flight at a time.
     assert out.stdout.split() == [str(expected), str(expected), str(expected == 1)], (
         requested, out.stdout)
     # Several devices: one warning naming the abort under load; one device: none.
     assert out.stderr.count("Termination timeout for all reduce") == (expected > 1), (
         requested, out.stderr[-2000:])
-  assert distributed.cpu_device_count([32, 8], 16) == 8
-  assert distributed.cpu_device_count([3], 2) == 1
-  assert distributed.split_cpu_into_devices(None, -1, {"SPT_JAX_INIT": "1"}) == 1
-  assert distributed.split_cpu_into_devices(None, 1) == 1  # main.py's default: nothing changes.
+  assert platform.cpu_device_count([32, 8], 16) == 8
+  assert platform.cpu_device_count([3], 2) == 1
+  assert platform.split_cpu_into_devices(None, -1, {"SPT_JAX_INIT": "1"}) == 1
+  assert platform.split_cpu_into_devices(None, 1) == 1  # main.py's default: nothing changes.

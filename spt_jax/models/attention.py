@@ -10,10 +10,10 @@ The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signatu
   local      each block of `block_size` queries attends to its own and the two neighbouring key
              blocks only (Amos et al.'s Path-X setting): a different model, linear in L.
   cudnn      cuDNN's fused flash attention via `jax.nn.dot_product_attention`; GPU only.
-  auto       (the default) the fastest exact one for the call: blockwise with blocks of
-             `AUTO_CPU_BLOCK` on the CPU backend from `AUTO_CPU_MIN_LENGTH` tokens on, dense otherwise
-             and whenever attention dropout is active. The same function either way, so checkpoints
-             and results do not depend on which one ran.
+  auto       (the default) the fastest exact one for the call (`platform.resolve_auto_attention`:
+             blockwise on the CPU backend from `platform.AUTO_CPU_MIN_LENGTH` tokens on, dense
+             otherwise and whenever attention dropout is active). The same function either way, so
+             checkpoints and results do not depend on which one ran.
 Only `dense` supports dropout on the attention weights and returns the weights.
 """
 from __future__ import annotations
@@ -25,6 +25,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from spt_jax import platform
 
 # A padded key's score. `where` with the most negative finite float, not -inf and not an additive
 # bias: adding finfo.min to a negative score overflows to -inf, and a query whose keys are all padding
@@ -282,11 +284,7 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   example with no real key gets dense's answer (the mean of all values).
   """
   _no_dropout("cudnn", dropout_fn)
-  backend = jax.default_backend()
-  if backend not in ("gpu", "cuda"):
-    raise ValueError(
-        f"attention='cudnn' needs a CUDA GPU, but JAX's backend is {backend!r}; use "
-        f"attention='blockwise' for exact attention in linear memory on {backend}.")
+  platform.check_cudnn_backend()
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
   lengths = key_mask.sum(-1, dtype=jnp.int32)
   # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
@@ -301,25 +299,13 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
 # ------------------------------------------------------------------------------------------ dispatch
 
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "local", "cudnn")
-# Measured on 2 EPYC cores, one thread (benchmarks/README.md): from L=512 on, blockwise attention's
-# forward + backward beats dense (L=512: 16 vs 20 ms per layer; L=1024: 72 vs 275 ms), block 128
-# best or tied; XLA's dense attention on CPU makes several passes over the L×L scores.
-AUTO_CPU_MIN_LENGTH = 512
-AUTO_CPU_BLOCK = 128
-
-
-def resolve_auto(length: int, dropout: bool) -> tuple[str, int | None]:
-  """What `implementation='auto'` runs for this call: (implementation, block size or None)."""
-  if not dropout and jax.default_backend() == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
-    return "blockwise", AUTO_CPU_BLOCK
-  return "dense", None
 
 
 def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
            dropout_fn: Callable | None = None):
   """Dispatches to an attention implementation; all take and return the same shapes."""
   if implementation == "auto":
-    implementation, auto_block = resolve_auto(q.shape[1], dropout_fn is not None)
+    implementation, auto_block = platform.resolve_auto_attention(q.shape[1], dropout_fn is not None)
     block_size = auto_block or block_size
   if implementation == "dense":
     return dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)

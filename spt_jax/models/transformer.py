@@ -115,16 +115,6 @@ def encoder_block(remat: str):
   raise ValueError(f"remat={remat!r} must be one of {REMATS}.")
 
 
-def step_compiler_options(remat: str) -> dict[str, str]:
-  """XLA options for the train step of a model with `remat`. jax.checkpoint keeps a recomputation
-  apart from the forward pass with optimization barriers; XLA:CPU expands them early (its
-  `cse_barrier_expander` pass), after which CSE merges the two and the step keeps every layer's
-  activations as without remat. Skipping that pass keeps the barriers (other backends keep them)."""
-  if remat == "none" or jax.default_backend() != "cpu":
-    return {}
-  return {"xla_disable_hlo_passes": "cse_barrier_expander"}
-
-
 class Encoder(nn.Module):
   vocab_size: int
   max_length: int

@@ -1,0 +1,217 @@
+"""Everything spt-jax does differently by platform, for speed or safety; the rest of the code is the
+same on every backend and does not ask which one it runs on.
+
+  process   `configure_process` (main.py, once, before anything touches a device): the host heap
+            that keeps XLA:CPU's step temporaries mapped (spt_jax/host_memory.py), and the CPU
+            backend's split into per-core devices (an opt-in: `OPT_IN_RISK`).
+  steps     the train step's XLA options (`step_compiler_options`), the heap fitted to the compiled
+            step (`fit_heap_to_step`), and where a step's memory comes from (`shares_host_memory`,
+            `available_memory`): the trainer and its preflight checks.
+  kernels   what the models run per backend: nn.Dense's kernel gradient in YNNPACK-friendly form on
+            XLA:CPU (`dense_dot_general`), the exact attention that `attention='auto'` picks
+            (`resolve_auto_attention`), and cuDNN's requirement of a CUDA GPU.
+
+Why each choice is made, with the measurements behind it: benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import jax
+from absl import logging
+from jax import lax
+
+from spt_jax import distributed, host_memory
+
+
+# ---------------------------------------------------------------------------------------- Process
+def configure_process(config, cpu_devices: int, retain_freed_memory: bool) -> int:
+  """main.py's platform set-up, before anything touches a device: the retained heap if asked
+  (before the backend starts its threads: a thread that has allocated keeps its own arena), then
+  `cpu_devices` CPU devices (`split_cpu_into_devices`); returns the device count it set (1: left
+  alone)."""
+  if retain_freed_memory:
+    host_memory.retain_freed_memory()
+  return split_cpu_into_devices(config, cpu_devices)
+
+
+def usable_cores() -> int:
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_device_count(batch_sizes, cores: int) -> int:
+  """The most CPU devices, at most `cores`, that divide every batch in `batch_sizes`."""
+  return max(d for d in range(1, max(1, cores) + 1) if all(b % d == 0 for b in batch_sizes))
+
+
+# What opting in to several CPU devices risks, in main.py's help text and in the warning logged when
+# a run does (benchmarks/README.md, "CPU default under load (issue 15)").
+OPT_IN_RISK = (
+    "per-core CPU devices run the data-parallel step with an in-process all-reduce that XLA aborts "
+    "after 40 s of waiting (rendezvous.cc: 'Termination timeout for all reduce ... Exiting to ensure "
+    "a consistent program state') when other processes load the cores: 6 of 10 1000-step "
+    "configs/synthetic_scratch.py runs died so beside 3 busy processes on 2 cores, against 0 of 15 "
+    "with one device. The gain is on idle cores only (1.2-1.6x on 2 cores; none measurable under "
+    "load; benchmarks/README.md). With other work on the machine keep the default, --cpu_devices=1. "
+    "A resumed run must use the same device count to be bit-identical.")
+_warned = False
+
+
+def split_cpu_into_devices(config, requested: int,
+                           environ: Mapping[str, str] = os.environ) -> int:
+  """Makes a single-process run see one CPU device per core (`requested` < 0) or `requested` ones,
+  fewer if the phases' batches do not divide; returns the count (1: left alone).
+
+  main.py's default is 1 (--cpu_devices=1): one device, XLA's own multithreading, no cross-device
+  collectives, which holds however loaded the machine is. Several devices are an opt-in: XLA:CPU
+  runs one program on a shared thread pool that parallelises large ops only, so on idle cores a
+  data-parallel step over per-core devices is faster (benchmarks/README.md), but the devices share
+  that pool and block in an in-process all-reduce, which XLA aborts after 40 s when the cores are
+  oversubscribed (OPT_IN_RISK; logged as a warning, once per process, when a run opts in). Only the
+  CPU backend's device count changes: on a GPU or TPU host the accelerators stay the default
+  devices. Multi-process launches keep one device per process. Must run before anything touches a
+  device."""
+  if distributed.initialize_kwargs(environ) is not None or requested in (0, 1):
+    return 1  # Multi-process, or asked not to.
+  names = [n.strip() for n in config.phases.split(",") if n.strip()]
+  batches = [config[n][key] for n in names for key in ("batch_size", "eval_batch_size")
+             if config[n][key] > 0]
+  count = cpu_device_count(batches, usable_cores() if requested < 0 else requested)
+  if not use_cpu_devices(count, environ):
+    return 1
+  global _warned
+  if not _warned:
+    _warned = True
+    logging.warning("--cpu_devices=%d: %d CPU devices. Opt-in: %s", requested, count, OPT_IN_RISK)
+  return count
+
+
+def use_cpu_devices(count: int, environ: Mapping[str, str] = os.environ) -> bool:
+  """Gives the CPU backend `count` devices, dispatched synchronously; False (nothing changed) for
+  count <= 1 or when XLA_FLAGS already fixes the count by hand. Before anything touches a device."""
+  if count <= 1 or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", ""):
+    return False
+  jax.config.update("jax_num_cpu_devices", count)
+  # One program in flight at a time: two multi-device programs (a step and an evaluation, say) could
+  # each hold one pool thread while waiting for the other's all-reduce. Synchronous dispatch measured
+  # no slower (the loop syncs on metrics anyway). It did not prevent the abort under load
+  # (OPT_IN_RISK).
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
+  return True
+
+
+# ---------------------------------------------------------------------------------------- Steps
+def step_compiler_options(remat: str) -> dict[str, str]:
+  """XLA options for the train step of a model with `remat`. jax.checkpoint keeps a recomputation
+  apart from the forward pass with optimization barriers; XLA:CPU expands them early (its
+  `cse_barrier_expander` pass), after which CSE merges the two and the step keeps every layer's
+  activations as without remat. Skipping that pass keeps the barriers (other backends keep them)."""
+  if remat == "none" or jax.default_backend() != "cpu":
+    return {}
+  return {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+
+def fit_heap_to_step(temp_bytes: int, devices: int) -> None:
+  """Called once the train step is compiled: on the CPU backend with the retained heap in effect,
+  glibc's defaults come back if keeping `devices` programs' `temp_bytes` of temporaries could
+  exhaust the host's memory (host_memory.release_if_too_costly)."""
+  if host_memory.retained() and jax.default_backend() == "cpu":
+    host_memory.release_if_too_costly(temp_bytes, devices=devices)
+
+
+def shares_host_memory(devices) -> bool:
+  """Whether `devices` are a CPU host's, which share its memory, rather than accelerators that have
+  their own each."""
+  return devices[0].platform == "cpu"
+
+
+def available_memory(devices) -> tuple[int | None, str]:
+  """(Bytes free for the step, what they are): host memory on the CPU backend, else the least free
+  memory of `devices`; None where it is unknown. Tests replace this function."""
+  if shares_host_memory(devices):
+    return host_memory.available_memory_bytes(), "host memory (MemAvailable)"
+  stats = [d.memory_stats() or {} for d in devices]
+  if not all("bytes_limit" in s for s in stats):
+    return None, f"{devices[0].platform} memory"
+  free = min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
+  return free, f"{devices[0].platform} memory (on the fullest device)"
+
+
+# ---------------------------------------------------------------------------------------- Kernels
+# nn.Dense's kernel gradient xᵀ·g contracts the token axis, the leading (major) axis of both operands.
+# XLA:CPU hands a dot to YNNPACK only as row-major [M, K]·[K, N], so by default it runs this one as an
+# Eigen dot with transposed operands, the slowest matmul of the train step; a transposed copy of the
+# narrower operand plus a YNNPACK dot is faster (benchmarks/README.md, "Dense kernel gradients in
+# YNNPACK"). `kernel_grad_dot_general` is a drop-in `dot_general` for nn.Dense that spells the kernel
+# gradient that way; the forward pass and the input gradient are unchanged.
+def _matmul(x, kernel):
+  return lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+@jax.custom_vjp
+def _dense_matmul(x, kernel):
+  return _matmul(x, kernel)
+
+
+def _dense_matmul_fwd(x, kernel):
+  return _matmul(x, kernel), (x, kernel)
+
+
+def _dense_matmul_bwd(residuals, g):
+  x, kernel = residuals
+  dx = lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())))
+  x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+  # The barriers stop XLA's transpose folding from merging each explicit transpose back into the dot
+  # (which would restore the Eigen dot); XLA:CPU drops them before fusion, so they cost nothing. Which
+  # operand gets transposed: the narrower one, the copy being the cost.
+  if x2.shape[1] <= g2.shape[1]:
+    d_kernel = lax.optimization_barrier(x2.T) @ g2
+  else:
+    d_kernel = lax.optimization_barrier(lax.optimization_barrier(g2.T) @ x2).T
+  return dx, d_kernel.astype(kernel.dtype)
+
+
+_dense_matmul.defvjp(_dense_matmul_fwd, _dense_matmul_bwd)
+
+
+def kernel_grad_dot_general(x, kernel, dimension_numbers, precision=None,
+                            preferred_element_type=None):
+  """`lax.dot_general` as nn.Dense calls it (x's last axis against the kernel's first), with the
+  kernel gradient computed in YNNPACK-friendly form. Anything else is refused, not silently changed."""
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+  if (tuple(lhs_contract) != (x.ndim - 1,) or tuple(rhs_contract) != (0,) or lhs_batch or rhs_batch
+      or kernel.ndim != 2 or precision is not None or preferred_element_type is not None):
+    raise ValueError(f"kernel_grad_dot_general handles nn.Dense's x @ kernel only, got dimension "
+                     f"numbers {dimension_numbers} for shapes {x.shape} and {kernel.shape}, "
+                     f"precision={precision}, preferred_element_type={preferred_element_type}.")
+  return _dense_matmul(x, kernel)
+
+
+def dense_dot_general():
+  """The `dot_general` Dense layers use on this backend: ours on CPU; elsewhere (cuBLAS, TPU) the
+  transposed operands are free and an explicit transpose would be a pure extra copy."""
+  return kernel_grad_dot_general if jax.default_backend() == "cpu" else None
+
+
+# attention='auto' on the CPU backend: blockwise attention's forward + backward beats dense from
+# L=512 on, block 128 best or tied; XLA's dense attention on CPU makes several passes over the L×L
+# scores (benchmarks/README.md, History, "Attention").
+AUTO_CPU_MIN_LENGTH = 512
+AUTO_CPU_BLOCK = 128
+
+
+def resolve_auto_attention(length: int, dropout: bool) -> tuple[str, int | None]:
+  """What `implementation='auto'` runs for a call: (implementation, block size or None)."""
+  if not dropout and jax.default_backend() == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
+    return "blockwise", AUTO_CPU_BLOCK
+  return "dense", None
+
+
+def check_cudnn_backend() -> None:
+  """attention='cudnn' runs on a CUDA GPU only: elsewhere, an error naming the alternative."""
+  backend = jax.default_backend()
+  if backend not in ("gpu", "cuda"):
+    raise ValueError(
+        f"attention='cudnn' needs a CUDA GPU, but JAX's backend is {backend!r}; use "
+        f"attention='blockwise' for exact attention in linear memory on {backend}.")
