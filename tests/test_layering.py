@@ -237,3 +237,28 @@ def test_only_the_platform_module_asks_which_backend_it_runs_on(modules):
           for side in [node.left, *node.comparators]):
         asking.append(f"{module}:{node.lineno}: compares .platform")
   assert not asking, "backend questions outside spt_jax/platform.py:\n  " + "\n  ".join(asking)
+
+
+def test_readme_layout_lists_every_module_in_its_layer(modules):
+  """README.md's Layout: one `[layer]` heading per layer of LAYERS, in order, and under each one
+  every module of that layer, by its path or as a file name after its package's directory."""
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = f.read()
+  layout = readme[readme.index("## Layout"):]
+  layout = layout[layout.index("```") + 3:]
+  layout = layout[:layout.index("```")]
+  headings = [line[1:-1] for line in layout.splitlines() if line.startswith("[")]
+  assert headings == [layer for layer, _ in LAYERS], headings
+  blocks = dict(zip(headings, layout.split("\n[")[1:]))
+  missing = []
+  for module, path in sorted(modules.items()):
+    if module == PACKAGE:
+      continue
+    block = blocks[layer_of(module)[1]]
+    relative = os.path.relpath(path, ROOT)
+    directory, file = os.path.split(relative)
+    listed = (relative in block or (file == "__init__.py" and f"{directory}/" in block)
+              or (f"{directory}/" in block and file in block))
+    if not listed:
+      missing.append(f"{relative} (layer {layer_of(module)[1]})")
+  assert not missing, "README.md's Layout does not list, in its layer:\n  " + "\n  ".join(missing)
