@@ -26,12 +26,8 @@ _SKIPPED = ("log_every_steps", "checkpoint_every_steps", "data_dir", "cache_dir"
 _SPT_JAX = "spt-jax"
 
 
-def _flat(d, prefix=""):
-  for k, v in d.items():
-    if isinstance(v, dict):
-      yield from _flat(v, f"{prefix}{k}.")
-    else:
-      yield f"{prefix}{k}", tuple(v) if isinstance(v, list) else v
+def _flat(d):
+  return ((k, tuple(v) if isinstance(v, list) else v) for k, v in config_lib.flat_items(d))
 
 
 def _fmt(value) -> str:

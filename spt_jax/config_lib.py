@@ -113,16 +113,17 @@ PATTERN_FIELDS = ("freeze", "init_from.include", "init_from.exclude", "init_from
                   "init_from.rescale_paths")
 
 
-def _flat_items(d, prefix=""):
+def flat_items(d, prefix=""):
+  """(dotted key, leaf value) of a nested dict or ConfigDict, e.g. ('finetune.init_from.source', '')."""
   for k, v in d.items():
     if isinstance(v, (dict, ml_collections.ConfigDict)):
-      yield from _flat_items(v, f"{prefix}{k}.")
+      yield from flat_items(v, f"{prefix}{k}.")
     else:
       yield f"{prefix}{k}", v
 
 
 def _check_finite(config) -> None:
-  for key, value in _flat_items(config):
+  for key, value in flat_items(config):
     if isinstance(value, float) and not math.isfinite(value):
       raise ValueError(f"config.{key}={value} must be a finite number.")
 

@@ -64,14 +64,8 @@ def _phase_view(config, name: str) -> dict:
   """The part of the config that determines phase `name`'s results, flattened to dotted keys."""
   view = {"seed": config.seed, "data": config[data_section(config, name)].to_dict(),
           "model": config.model.to_dict(), name: config[name].to_dict()}
-
-  def flat(d, prefix=""):
-    for k, v in d.items():
-      if isinstance(v, dict):
-        yield from flat(v, f"{prefix}{k}.")
-      else:
-        yield f"{prefix}{k}", list(v) if isinstance(v, tuple) else v
-  return {k: v for k, v in flat(view) if not any(k == o or k.endswith("." + o) for o in _OPERATIONAL)}
+  flat = ((k, list(v) if isinstance(v, tuple) else v) for k, v in config_lib.flat_items(view))
+  return {k: v for k, v in flat if not any(k == o or k.endswith("." + o) for o in _OPERATIONAL)}
 
 
 def check_workdir_config(config, name: str, phase_dir: str) -> None:

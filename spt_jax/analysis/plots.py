@@ -40,6 +40,10 @@ def lines(xs, series: dict[str, tuple[np.ndarray, np.ndarray]], path: str, *, xl
     ax.set_xscale("symlog", linthresh=1)
   ax.set_xticks(list(xs))
   ax.set_xticklabels([f"{x:g}" for x in xs])
+  _finish_curves(fig, ax, path, xlabel, ylabel, title)
+
+
+def _finish_curves(fig, ax, path: str, xlabel: str, ylabel: str, title: str) -> None:
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title, fontsize=10)
@@ -70,11 +74,4 @@ def weights(rows, losses, path: str, title: str) -> None:
   fig, ax = plt.subplots(figsize=(6.0, 3.8))
   for name in losses:
     ax.plot(steps, [r[name] for r in rows], label=name)
-  ax.set_xlabel("step")
-  ax.set_ylabel("loss weight")
-  ax.set_title(title, fontsize=10)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _finish_curves(fig, ax, path, "step", "loss weight", title)
