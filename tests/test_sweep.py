@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import subprocess
 import sys
@@ -132,3 +133,25 @@ def test_sweeps_sharing_a_workdir_refuse_a_run_name_with_another_spec(tmp_path):
   with pytest.raises(ValueError, match="run 'ft' starts from run 'spt', which the sweep does not "
                                        "list"):
     sweep.run_sweep(unlisted, str(tmp_path / "other"))
+
+
+def test_sweep_curves_read_only_validation_records_and_draw_every_run(tmp_path):
+  for name, accs in (("a", ((0.1, 0.5), (0.3, 0.7))), ("b", ((0.2, 0.2),))):
+    for seed, (first, second) in enumerate(accs):
+      phase = tmp_path / name / f"seed_{seed}" / "finetune"
+      phase.mkdir(parents=True)
+      phase.joinpath("metrics.jsonl").write_text(
+          '{"step": 10, "split": "train", "accuracy": 0.9}\n'
+          f'{{"step": 10, "split": "val", "accuracy": {first}}}\n'
+          f'{{"step": 20, "split": "val", "accuracy": {second}}}\n')
+  script = os.path.join(sweep.ROOT, "scripts", "sweep_curves.py")
+  out = tmp_path / "curves.png"
+  done = subprocess.run([sys.executable, script, f"--workdir={tmp_path}", "--runs=a,b",
+                         f"--out={out}"], capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert out.stat().st_size > 0
+  spec = importlib.util.spec_from_file_location("sweep_curves", script)
+  curves = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(curves)
+  assert curves.val_curve(str(tmp_path / "a" / "seed_1"), "finetune", "accuracy") == {10: 0.3,
+                                                                                      20: 0.7}
