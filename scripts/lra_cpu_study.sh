@@ -1,0 +1,30 @@
+#!/bin/bash
+# The LRA-at-CPU-scale study (docs/lra_cpu.md): every sweep of configs/sweeps/lra_cpu.py for both
+# tasks, in the issue's order, then the attention analysis. Each sweep skips finished runs and
+# resumes an interrupted one, so re-running this after a kill (or in a later session) continues.
+#   scripts/lra_cpu_study.sh [RUNS_DIR]        (default runs/lra_cpu; run from the repository root)
+set -u
+RUNS=${1:-runs/lra_cpu}
+mkdir -p "$RUNS"
+analyse() {  # sweep 7: attention of seed 0's SPT and scratch checkpoints
+  local W=$RUNS/$1
+  for run in spt/seed_0/pretrain spt/seed_0/finetune scratch/seed_0/finetune; do
+    [ -d "$W/$run" ] && python -m spt_jax.analysis --run="$W/$run" \
+      --out="$W/attention/${run//\//_}" >> "$W/attention.log" 2>&1
+  done
+  [ -d "$W/scratch/seed_0/finetune" ] && python -m spt_jax.analysis \
+    --run="$W/scratch/seed_0/finetune" --checkpoint=init --out="$W/attention/scratch_seed_0_init" \
+    >> "$W/attention.log" 2>&1
+}
+for step in "listops spt_vs_scratch" "pathfinder spt_vs_scratch" "listops analysis" \
+            "pathfinder analysis" "listops hybrid_init" "pathfinder hybrid_init" \
+            "listops freezing" "pathfinder freezing" "listops depth" "pathfinder depth" \
+            "listops cross_task" "pathfinder cross_task" "listops pretrain_length" \
+            "pathfinder pretrain_length"; do
+  set -- $step
+  if [ "$2" = analysis ]; then analyse "$1"; continue; fi
+  echo "$(date -u +%FT%T) start $1 $2" >> "$RUNS/study.log"
+  python -m spt_jax.sweep --config="configs/sweeps/lra_cpu.py:$1,$2" --workdir="$RUNS/$1" \
+    --processes=2 > "$RUNS/$1_$2.log" 2>&1
+  echo "$(date -u +%FT%T) end $1 $2 exit $?" >> "$RUNS/study.log"
+done
