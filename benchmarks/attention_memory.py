@@ -50,15 +50,16 @@ def measure(impl: str, length: int, args: argparse.Namespace) -> dict:
   import optax
 
   from spt_jax.data.vocab import NUM_SPECIAL
-  from spt_jax.models.transformer import SequenceModel
-  from spt_jax.objectives import MaskedTokenPrediction
+  from spt_jax.models import transformer
+  from spt_jax.objectives.masked import MaskedTokenPrediction
 
   vocab_size = NUM_SPECIAL + 17  # ~20 symbols, like ListOps
-  model = SequenceModel(vocab_size=vocab_size, max_length=length, head="mlm",
-                        num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
-                        d_ff=4 * args.d_model, attention=impl, attention_block_size=args.block_size)
-  objective = MaskedTokenPrediction(mask_rate=0.15, bert_mix=False, first_regular_id=NUM_SPECIAL,
-                                    vocab_size=vocab_size)
+  model = transformer.build(vocab_size=vocab_size, max_length=length, head="mlm",
+                            num_layers=args.num_layers, d_model=args.d_model,
+                            num_heads=args.num_heads, d_ff=4 * args.d_model, attention=impl,
+                            attention_block_size=args.block_size)
+  objective = MaskedTokenPrediction(model, mask_rate=0.15, bert_mix=False,
+                                    first_regular_id=NUM_SPECIAL, vocab_size=vocab_size)
   tx = optax.adamw(1e-3, weight_decay=0.01)
 
   rng = np.random.default_rng(0)
@@ -71,7 +72,7 @@ def measure(impl: str, length: int, args: argparse.Namespace) -> dict:
   opt_state = jax.jit(tx.init)(params)
 
   def train_step(params, opt_state, batch, rng):
-    loss_fn = lambda p: objective(model.apply, p, batch, rng, train=True)
+    loss_fn = lambda p: objective.loss(p, batch, rng, train=True)
     (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss

@@ -8,9 +8,9 @@ Three jitted, donated, data-parallel train steps on the same batches (the compos
 by default mlm, span, contrastive and random on configs/synthetic_grap.py's model):
   fused   Σ_i L_i with fixed weights, one jax.value_and_grad through encoder and heads: the plain
           composite run (the paper's reference point for the ~30% overhead)
-  fixed   spt_jax.train_composite's step with weighting='fixed' (detached z, per-loss z-gradients,
+  fixed   the trainer's composite step (train.make_steps) with weighting='fixed' (detached z, per-loss z-gradients,
           one encoder VJP): the decomposition GraP needs, without GraP
-  grap    spt_jax.train_composite's step with weighting='grap' (plus the probe's loss and gradient,
+  grap    the trainer's composite step (train.make_steps) with weighting='grap' (plus the probe's loss and gradient,
           the cosine statistics and the logit update)
 Each round runs one step of each, in a rotating order, each timed to completion, so load from other
 processes hits all three alike; overheads are medians of the per-round ratios (grap/fused − 1 and
@@ -34,8 +34,9 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import composite, experiment, optim, sweep, train, train_composite, tree  # noqa: E402
-from spt_jax.composite import HEADS  # noqa: E402
+from spt_jax import experiment, optim, sweep, train, tree  # noqa: E402
+from spt_jax.objectives import composite  # noqa: E402
+from spt_jax.objectives.composite import HEADS  # noqa: E402
 from spt_jax.data import pipeline, tasks  # noqa: E402
 
 
@@ -51,10 +52,10 @@ def fused_step_fn(comp: composite.Composite, coef, tx, mesh):
     views = comp.views(view_rng, batch)
 
     def loss_fn(params):
-      z = comp.encode(params["encoder"], views["view1"], train=True, rng=drop1)[0]
+      z, mask = comp.encode(params["encoder"], views["view1"], train=True, rng=drop1)
       z2 = (jax.lax.stop_gradient(comp.encode(params["encoder"], views["view2"], train=True,
                                               rng=drop2)[0]) if contrastive else None)
-      losses = jnp.stack([comp.loss(n, z, params[HEADS], views, batch, z2=z2)[0]
+      losses = jnp.stack([comp.head_loss(n, z, mask, params[HEADS], views, batch, z2=z2)[0]
                           for n in comp.losses])
       return coef @ losses
 
@@ -76,9 +77,11 @@ def build(config, weighting: str, task, mesh, batches):
   if method == "fixed":
     cfg.composite.fixed_weights = (1.0,) * len(cfg.composite.losses)
   replicated = NamedSharding(mesh, P())
-  comp = composite.build(config, "pretrain", task)
-  w = composite.weighting_from_config(cfg)
-  params = train_composite.init_params(config, task, comp, jax.random.PRNGKey(0), replicated)
+  comp = train.make_objective(config, "pretrain", task)
+  w = comp.weighting
+  dummy = train.example_inputs(comp.splits(task))
+  params = jax.jit(lambda r: comp.init_params(r, dummy), out_shardings=replicated)(
+      jax.random.PRNGKey(0))
   tx, _ = optim.make_optimizer(cfg, 10_000, params)
   step0 = jax.device_put(jnp.asarray(0, jnp.int32), replicated)
   if weighting == "fused":
@@ -87,7 +90,7 @@ def build(config, weighting: str, task, mesh, batches):
   opt_state = jax.jit(lambda p: {"model": tx.init(p), "weighting": w.init()},
                       out_shardings=replicated)(params)
   trainable = tree.map_with_path(lambda p, _: True, params)
-  step, _ = train_composite.make_steps(comp, w, tx, trainable, mesh)
+  step, _ = train.make_steps(comp, tx, trainable, mesh)
   return (lambda s, b, r: step(s, b, r)[:2]), train.TrainState(step0, params, opt_state)
 
 

@@ -33,12 +33,12 @@ sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import (config_lib, experiment, host_memory, objectives, optim, train,  # noqa: E402
-                     tree)
+from spt_jax import config_lib, experiment, host_memory, optim, train, tree  # noqa: E402
 from spt_jax import platform as spt_platform  # noqa: E402 (the stdlib's `platform` is used too)
 from spt_jax.data import listops, pipeline  # noqa: E402
 from spt_jax.data.tasks import TaskData  # noqa: E402
@@ -273,12 +273,13 @@ class JaxStep:
     self.task = TaskData(shape.name, shape.vocab, shape.num_classes, shape.length,
                          {"train": arrays}, "synthetic benchmark data",
                          input_kind=shape.input_kind)
-    objective = objectives.make(phase, shape.vocab, shape.input_kind)
     model_cfg = config_lib.transformer_config(
         num_layers=shape.num_layers, d_model=shape.d_model, num_heads=shape.num_heads,
         d_ff=shape.d_ff, pooling="mean", attention=attention, attention_block_size=block_size)
-    model = train.build_model(model_cfg, self.task, objective)
-    self.mlm_outputs = getattr(model, "mlm_outputs", 0)
+    objective = train.make_objective(ml_collections.ConfigDict(dict(model=model_cfg, phase=phase)),
+                                     "phase", self.task)
+    model = objective.model
+    self.mlm_outputs = model.mlm_outputs
     # As main.py: data-parallel over as many (per-core CPU) devices as the batch divides into.
     mesh = experiment.make_mesh(jax.devices()[:spt_platform.cpu_device_count([batch],
                                                                               jax.device_count())])
@@ -286,14 +287,14 @@ class JaxStep:
     replicated = NamedSharding(mesh, P())
     self.batch_sharding = NamedSharding(mesh, P("data"))
     dummy = jnp.zeros((1,) + arrays["inputs"].shape[1:], jnp.int32)
-    params = jax.jit(lambda r: model.init(r, dummy)["params"],
+    params = jax.jit(lambda r: objective.init_params(r, dummy),
                      out_shardings=replicated)(jax.random.PRNGKey(0))
     self.num_params = tree.count(params)
     tx, _ = optim.make_optimizer(phase, 1000, params, frozenset())
     opt_state = jax.jit(tx.init, out_shardings=replicated)(params)
     self.state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
                                   opt_state)
-    self.step, _ = train.make_steps(model, objective, tx, jax.tree.map(lambda _: True, params),
+    self.step, _ = train.make_steps(objective, tx, jax.tree.map(lambda _: True, params),
                                     mesh)
     self.rng = jax.device_put(jax.random.PRNGKey(1), replicated)
     host = pipeline.train_batches(arrays, batch, seed=0)
@@ -320,7 +321,7 @@ class JaxStep:
     self.calls += 1
     with self.compiles:
       start = time.perf_counter()
-      self.state, metrics = self.step(self.state, batch, self.rng)
+      self.state, metrics, _ = self.step(self.state, batch, self.rng)
       jax.block_until_ready((self.state, metrics))
       elapsed = time.perf_counter() - start
     # The lowering above must be what runs: a recompile would time something else (and is a bug).

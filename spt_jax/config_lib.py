@@ -9,22 +9,15 @@ import math
 
 import ml_collections
 
-from spt_jax import checkpoints, composite, objectives, optim
-from spt_jax.models import attention, transformer
+from spt_jax import checkpoints, objectives, optim
+from spt_jax.models import transformer
+from spt_jax.objectives import composite
 
 
 def transformer_config(**overrides) -> ml_collections.ConfigDict:
-  """Amos et al.'s LRA Transformer: pre-LN, sinusoidal positions, mean pooling, no dropout."""
-  c = ml_collections.ConfigDict(dict(
-      num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout_rate=0.0,
-      position="sinusoidal", pooling="mean", activation="gelu", dtype="float32",
-      attention="auto",             # see spt_jax.models.attention.IMPLEMENTATIONS
-      attention_block_size=512,
-      remat="none",                 # 'layer': recompute each layer in the backward pass, for memory
-                                    # (spt_jax/models/transformer.py); accelerators rarely need it
-      pair_features="uvmd",         # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
-      classifier="linear",          # 'linear' or 'mlp' (Dense(d_model), activation, Dense(classes))
-      classifier_activation="relu"))  # the mlp head's hidden activation
+  """Amos et al.'s LRA Transformer: pre-LN, sinusoidal positions, mean pooling, no dropout. The
+  fields, their defaults and what they mean: models.transformer.ModelConfig."""
+  c = ml_collections.ConfigDict(transformer.section_defaults())
   c.update(overrides)
   return c
 
@@ -32,7 +25,7 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
 def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
   """One training phase (pretraining or fine-tuning)."""
   c = ml_collections.ConfigDict(dict(
-      objective=objective,          # 'mlm' (SPT), 'classification' or 'composite' (several SPT
+      objective=objective,          # a name in spt_jax.objectives: mlm (SPT), classification, composite (several SPT
                                     # heads, weighted; use composite_phase_config for its fields)
       data="",                      # '' = config.data; else the name of another top-level data section
                                     # (cross-task SPT, e.g. pretrain on 'pretrain_data')
@@ -74,7 +67,7 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
 
 
 def composite_phase_config(**overrides) -> ml_collections.ConfigDict:
-  """A phase with objective 'composite' (spt_jax/composite.py): the common phase fields plus
+  """A phase with objective 'composite' (spt_jax/objectives/composite.py): the common phase fields plus
   `composite` and `grap`."""
   c = phase_config("composite", mask_rate=0.15)
   c.composite = ml_collections.ConfigDict(dict(
@@ -152,28 +145,7 @@ def phase_names(config) -> list[str]:
 
 def validate(config, device_count: int) -> None:
   """Checks values that the type system cannot; every message names the offending key."""
-  m = config.model
-  _one_of(m.position, transformer.POSITIONS, "model.position")
-  _one_of(m.pooling, transformer.POOLINGS, "model.pooling")
-  _one_of(m.activation, tuple(transformer.ACTIVATIONS), "model.activation")
-  _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
-  _one_of(m.attention, attention.IMPLEMENTATIONS, "model.attention")
-  _one_of(m.remat, transformer.REMATS, "model.remat")
-  _one_of(m.pair_features, tuple(transformer.PAIR_FEATURES), "model.pair_features")
-  _one_of(m.classifier, transformer.CLASSIFIERS, "model.classifier")
-  _one_of(m.classifier_activation, tuple(transformer.ACTIVATIONS), "model.classifier_activation")
-  for key in ("num_layers", "d_model", "num_heads", "d_ff"):
-    _positive(m[key], f"model.{key}")
-  if m.d_model % m.num_heads:
-    raise ValueError(f"config.model.d_model={m.d_model} is not divisible by "
-                     f"config.model.num_heads={m.num_heads}.")
-  if m.position == "sinusoidal" and m.d_model % 2:
-    raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
-  if not 0 <= m.dropout_rate < 1:
-    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
-  if m.dropout_rate > 0 and m.attention not in ("dense", "auto"):
-    raise ValueError(f"config.model.attention={m.attention!r} has no attention dropout; use "
-                     f"config.model.dropout_rate=0 or attention='dense'.")
+  transformer.validate_section(config.model)
   _positive(config.data.max_length, "data.max_length")
   _check_finite(config)
   names = phase_names(config)
@@ -184,20 +156,12 @@ def validate(config, device_count: int) -> None:
       checkpoints.check_checkpoint_name(p.init_from.checkpoint)
     except ValueError as e:
       raise ValueError(f"config.{name}.init_from.{e}") from None
-    _one_of(p.objective, objectives.OBJECTIVES, f"{name}.objective")
+    objectives.validate(p, name)
     _one_of(p.schedule, optim.SCHEDULES, f"{name}.schedule")
     _one_of(p.weight_decay_on, optim.DECAY_TARGETS, f"{name}.weight_decay_on")
-    _one_of(p.pixel_loss, objectives.PIXEL_LOSSES, f"{name}.pixel_loss")
     if p.data and (p.data not in config or "task" not in config[p.data]):
       raise ValueError(f"config.{name}.data={p.data!r} must name a top-level data section of the "
                        f"config (one with a 'task' field), e.g. config.pretrain_data.")
-    if p.objective == "mlm" and not 0 < p.mask_rate < 1:
-      raise ValueError(f"config.{name}.mask_rate={p.mask_rate} must be in (0, 1).")
-    if p.objective == "composite":
-      if "composite" not in p or "grap" not in p:
-        raise ValueError(f"config.{name}.objective='composite' needs the fields of "
-                         f"config_lib.composite_phase_config() (config.{name}.composite, .grap).")
-      composite.validate_phase(p, name)
     for key in ("batch_size", "learning_rate", "log_every_steps", "eval_every_steps",
                 "checkpoint_every_steps"):
       _positive(p[key], f"{name}.{key}")

@@ -18,9 +18,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from spt_jax import config_lib, faults, init_from, param_groups, train, train_composite
+from spt_jax import config_lib, faults, init_from, param_groups, train
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import tasks
+from spt_jax.models import transformer
 from spt_jax.metric_writers import write_json
 
 
@@ -49,9 +50,9 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
 
 # Fields added after workdirs were written, with the value that computes what those workdirs did: a
 # workdir recorded without one matches a config that has this value ('{phase}': the phase's name).
-_ADDED_FIELDS = {"model.remat": "none", "model.classifier": "linear",
-                 "model.classifier_activation": "relu", "data.pixel_mean": 0.0,
-                 "data.pixel_std": 255.0, "data.downsample": 1,
+# A model field reads as its ModelConfig default (a new model option defaults to the old model).
+_ADDED_FIELDS = {**{f"model.{k}": v for k, v in transformer.section_defaults().items()},
+                 "data.pixel_mean": 0.0, "data.pixel_std": 255.0, "data.downsample": 1,
                  "{phase}.weight_decay_on": "matrices"}
 
 
@@ -139,15 +140,10 @@ ANALYSIS_HOOKS = train.AnalysisHooks(attention_tracker=attention_analysis.tracke
                                      weights_figure=_weights_figure)
 
 
-def trainer(config, name: str):
-  """The phase trainer: composite SPT (several heads, weighted per step) has its own."""
-  return train_composite if config[name].objective == "composite" else train
-
-
 def check_patterns(config, names, todo, loaded, workdir: str) -> None:
   """Every phase still to run: its `freeze`, `init_from` and init-scale patterns match the traced
   parameter paths, and what it loads exists and fits, before any phase trains."""
-  planned = {n: trainer(config, n).abstract_params(config, n, loaded[data_section(config, n)])
+  planned = {n: train.abstract_params(config, n, loaded[data_section(config, n)])
              for n in names if data_section(config, n) in loaded}
   for name in todo:
     params = planned[name]
@@ -217,8 +213,7 @@ def run(config, workdir: str) -> dict:
     if not os.path.exists(os.path.join(workdir, name, DATA_RECORD)):  # Else checked equal above.
       write_json(os.path.join(workdir, name, DATA_RECORD),
                  {"fingerprint": fingerprints[section], "source": task.source, "task": task.name})
-    results[name] = trainer(config, name).train_phase(config, name, task, workdir, mesh,
-                                                      hooks=ANALYSIS_HOOKS)
+    results[name] = train.train_phase(config, name, task, workdir, mesh, hooks=ANALYSIS_HOOKS)
     write_json(os.path.join(workdir, "results.json"), results)
     faults.point("phase_finished")
   write_json(os.path.join(workdir, "results.json"), results)

@@ -15,6 +15,7 @@ Why each choice is made, with the measurements behind it: benchmarks/README.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -206,6 +207,21 @@ def resolve_auto_attention(length: int, dropout: bool) -> tuple[str, int | None]
   if not dropout and jax.default_backend() == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
     return "blockwise", AUTO_CPU_BLOCK
   return "dense", None
+
+
+def specialise(model_config):
+  """`model_config` (a models.transformer.ModelConfig) as this backend runs it: the Dense layers'
+  matmul chosen, attention='auto' resolved for the encoder's length, attention='cudnn' checked to
+  have a GPU. Called once per phase by the trainer; the model itself never asks the backend."""
+  changes = {"dot_general": dense_dot_general()}
+  if model_config.attention == "auto":
+    implementation, block = resolve_auto_attention(model_config.encoder_length,
+                                                   model_config.dropout_rate > 0)
+    changes.update(attention=implementation,
+                   attention_block_size=block or model_config.attention_block_size)
+  elif model_config.attention == "cudnn":
+    check_cudnn_backend()
+  return dataclasses.replace(model_config, **changes)
 
 
 def check_cudnn_backend() -> None:

@@ -30,7 +30,7 @@ from spt_jax import (checkpoints, faults, init_from, objectives, optim, param_gr
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, write_json
-from spt_jax.models.transformer import SequenceModel
+from spt_jax.models import transformer
 
 
 @flax.struct.dataclass
@@ -40,35 +40,26 @@ class TrainState:
   opt_state: Any
 
 
-def build_model(model_cfg, task: TaskData, objective) -> SequenceModel:
-  return SequenceModel(
-      vocab_size=task.vocab.size, max_length=task.max_length, head=objective.head,
-      input_kind=task.input_kind, mlm_outputs=getattr(objective, "outputs", 0),
-      pair_features=model_cfg.pair_features,
-      # Configs recorded before these fields were added read as the model then was.
-      classifier=model_cfg.get("classifier", "linear"),
-      classifier_activation=model_cfg.get("classifier_activation", "relu"),
-      pixel_mean=task.pixel_mean, pixel_std=task.pixel_std,
-      num_classes=task.num_classes, pooling=model_cfg.pooling, num_layers=model_cfg.num_layers,
-      d_model=model_cfg.d_model, num_heads=model_cfg.num_heads, d_ff=model_cfg.d_ff,
-      dropout_rate=model_cfg.dropout_rate, position=model_cfg.position,
-      activation=model_cfg.activation, dtype=jnp.dtype(model_cfg.dtype),
-      attention=model_cfg.attention, attention_block_size=model_cfg.attention_block_size,
-      remat=model_cfg.get("remat", "none"))  # runs from before the field: none
+def model_config(model_section, task: TaskData) -> transformer.ModelConfig:
+  """The model of `config.model` on `task`'s data, as this backend runs it best."""
+  return platform.specialise(transformer.from_section(model_section, task))
 
 
-def model_and_init(config, name: str, task: TaskData):
-  """Phase `name`'s objective, model and `init(rng) -> params`."""
-  objective = objectives.make(config[name], task.vocab, task.input_kind,
-                              (task.pixel_mean, task.pixel_std))
-  model = build_model(config.model, task, objective)
-  dummy = jnp.zeros((1,) + task.splits["train"]["inputs"].shape[1:], jnp.int32)
-  return objective, model, lambda rng: model.init(rng, dummy)["params"]
+def make_objective(config, name: str, task: TaskData) -> objectives.Objective:
+  """Phase `name`'s objective (which owns its model) for `task`."""
+  return objectives.build(config, name, task, model_config(config.model, task))
+
+
+def example_inputs(splits) -> jax.Array:
+  """A one-example batch of zeros with the data's input shape, to initialise parameters from."""
+  return jnp.zeros((1,) + splits["train"]["inputs"].shape[1:], jnp.int32)
 
 
 def abstract_params(config, name: str, task: TaskData):
   """Phase `name`'s parameter shapes, traced (nothing computed): for the checks before training."""
-  return jax.eval_shape(model_and_init(config, name, task)[2], jax.random.PRNGKey(0))
+  objective = make_objective(config, name, task)
+  dummy = example_inputs(objective.splits(task))
+  return jax.eval_shape(lambda rng: objective.init_params(rng, dummy), jax.random.PRNGKey(0))
 
 
 def phase_rng(seed: int, phase: str) -> jax.Array:
@@ -83,37 +74,47 @@ def total_steps(cfg, num_train: int) -> int:
   return max(1, math.ceil(cfg.num_epochs * pipeline.steps_per_epoch(num_train, cfg.batch_size)))
 
 
-def make_steps(model, objective, tx, trainable, mesh):
-  """Jitted train and eval steps, data-parallel: params replicated, batch split on the `data` axis."""
+def split_opt_state(objective, opt_state):
+  """(optax state, objective state): an objective with state keeps it next to the optimiser's."""
+  if objective.state_key is None:
+    return opt_state, None
+  return opt_state["model"], opt_state[objective.state_key]
+
+
+def join_opt_state(objective, model_opt, objective_state):
+  if objective.state_key is None:
+    return model_opt
+  return {"model": model_opt, objective.state_key: objective_state}
+
+
+def make_steps(objective, tx, trainable, mesh):
+  """Jitted train and eval steps, data-parallel: params replicated, batch split on the `data` axis.
+  train(state, batch, rng) → (state, metrics, the objective's per-step info or None)."""
   replicated = NamedSharding(mesh, P())
   batch_sharded = NamedSharding(mesh, P("data"))
 
   def train_step(state: TrainState, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
-
-    def loss_fn(params):
-      return objective(model.apply, params, batch, rng, train=True)
-
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    model_opt, objective_state = split_opt_state(objective, state.opt_state)
+    grads, objective_state, out, info = objective.train_grads(state.params, objective_state, batch,
+                                                              rng)
+    updates, model_opt = tx.update(grads, model_opt, state.params)
     params = optax.apply_updates(state.params, updates)
     # Frozen leaves have no say in the reported gradient norm (nor in clipping, see optim.py).
     grad_sq = sum(jnp.sum(jnp.square(g)) for g, t in
                   zip(jax.tree.leaves(grads), jax.tree.leaves(trainable)) if t)
-    out = objective.summarize(metrics)
-    out["loss"] = loss
     out["grad_norm"] = jnp.sqrt(grad_sq)
-    return TrainState(state.step + 1, params, opt_state), out
+    opt_state = join_opt_state(objective, model_opt, objective_state)
+    return TrainState(state.step + 1, params, opt_state), out, info
 
   def eval_step(params, batch, rng):
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
-    _, metrics = objective(model.apply, params, batch, rng, train=False)
-    return metrics
+    return objective.eval_sums(params, batch, rng)
 
   train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
-                  out_shardings=(replicated, replicated), donate_argnums=(0,),
-                  compiler_options=platform.step_compiler_options(model.remat))
+                  out_shardings=(replicated, replicated, replicated), donate_argnums=(0,),
+                  compiler_options=platform.step_compiler_options(objective.model.cfg.remat))
   evaluate = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
                      out_shardings=replicated)
   return train, evaluate
@@ -420,44 +421,60 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   wall_start = time.time()
 
   # ---------------------------------------------------------------- Data, model and objective
-  train_arrays = task.splits["train"]
-  num_train = pipeline.num_examples(train_arrays)
+  objective = make_objective(config, name, task)
+  splits = objective.splits(task)
+  num_train = pipeline.num_examples(splits["train"])
   steps = total_steps(cfg, num_train)
-  objective, model, init = model_and_init(config, name, task)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
-  logging.info("[%s] %d steps per epoch", name, pipeline.steps_per_epoch(num_train, cfg.batch_size))
+  logging.info("[%s] %s, %d steps per epoch", name, cfg.objective,
+               pipeline.steps_per_epoch(num_train, cfg.batch_size))
 
   # ---------------------------------------------------------------- Parameters and optimiser
-  params = jax.jit(init, out_shardings=replicated)(init_rng)
-  setup = setup_phase(config, name, params, init_rng, workdir, mesh, steps)
+  dummy = example_inputs(splits)
+  params = jax.jit(lambda rng: objective.init_params(rng, dummy), out_shardings=replicated)(init_rng)
+  setup = setup_phase(
+      config, name, params, init_rng, workdir, mesh, steps,
+      init_opt_state=lambda tx, p: join_opt_state(objective, tx.init(p), objective.init_state()))
 
   # ---------------------------------------------------------------- Steps
-  train_step, eval_step = make_steps(model, objective, setup.tx, setup.trainable, mesh)
+  train_step, eval_step = make_steps(objective, setup.tx, setup.trainable, mesh)
   train_step = first_call_checks_memory(
       train_step, mesh, config, name,
-      rebuild=lambda changed: make_steps(build_model(changed.model, task, objective), objective,
-                                         setup.tx, setup.trainable, mesh)[0])
-  batches = pipeline.train_batches(train_arrays, cfg.batch_size, seed=config.seed + 1,
+      rebuild=lambda changed: make_steps(make_objective(changed, name, task), setup.tx,
+                                         setup.trainable, mesh)[0])
+  batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
   writer = MetricWriter(phase_dir, resume_step=setup.start)
+  reporter = objective.reporter(cfg, steps, writer)
 
   def evaluate(params, split):
-    return evaluate_split(eval_step, objective, params, task.splits[split], cfg, eval_rng,
+    return evaluate_split(eval_step, objective, params, splits[split], cfg, eval_rng,
                           batch_sharding)
 
   def step_fn(state, batch, step):
-    return train_step(state, to_global(batch, batch_sharding), train_rng)
+    state, metrics, info = train_step(state, to_global(batch, batch_sharding), train_rng)
+    if reporter is not None:
+      reporter.after_step(step, info)
+    return state, metrics
 
-  after_step = (hooks.attention_tracker(name, cfg, model, task, writer, steps, replicated)
-                if hooks.attention_tracker is not None else None)
+  after_step = None
+  if hooks.attention_tracker is not None and objective.attention_model is not None:
+    after_step = hooks.attention_tracker(name, cfg, objective.attention_model, task, writer, steps,
+                                         replicated)
+  elif cfg.attention_metrics_every_steps > 0:
+    logging.warning("[%s] attention metrics are not tracked for objective %r.", name,
+                    cfg.objective)
 
   def on_log(step, summary):
-    return {"acc": f"{summary.get('accuracy', 0):.3f}"}
+    postfix = {"acc": f"{summary['accuracy']:.3f}"} if "accuracy" in summary else {}
+    postfix.update((reporter.on_log(step) if reporter is not None else None) or {})
+    return postfix
 
   # ---------------------------------------------------------------- Train loop and final test
   loop = train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
                     objective.selection_metric, wall_start, after_step=after_step, on_log=on_log,
                     eta_check=preflight.EtaCheck(config, name, steps, workdir))
+  extra = objective.finish(name, phase_dir, hooks)
   return finish_phase(name, cfg, steps, setup, loop, evaluate, writer, objective.selection_metric,
-                      wall_start, phase_dir, task)
+                      wall_start, phase_dir, task, **extra)

@@ -8,7 +8,7 @@ import pytest
 
 from spt_jax import platform
 from spt_jax.models import attention
-from spt_jax.models.transformer import SequenceModel
+from spt_jax.models import transformer
 
 # float32 throughout; blockwise reorders the softmax sums, so agreement is to rounding, not bitwise.
 TOL = dict(atol=1e-5, rtol=1e-4)
@@ -82,7 +82,7 @@ def test_local_matches_banded_dense(length, block_size):
 def test_sequence_model_blockwise_matches_dense():
   tokens = np.random.default_rng(0).integers(3, 12, (3, 21))
   tokens[1, 15:] = 0  # trailing padding
-  make = lambda impl, block: SequenceModel(vocab_size=12, max_length=21, head="mlm", num_layers=1,
+  make = lambda impl, block: transformer.build(vocab_size=12, max_length=21, head="mlm", num_layers=1,
                                            d_model=16, num_heads=2, d_ff=32, attention=impl,
                                            attention_block_size=block)
   params = jax.jit(make("dense", 8).init)(jax.random.PRNGKey(1), tokens)["params"]
@@ -102,18 +102,32 @@ def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeyp
   # Only dense has dropout.
   assert platform.resolve_auto_attention(64, dropout=True) == ("dense", None)
   monkeypatch.setattr(platform, "AUTO_CPU_BLOCK", 8)
+  # The trainer's model: 'auto' resolved once, for the encoder's length (the CLS token counted).
+  cfg = transformer.ModelConfig(vocab_size=12, max_length=15, pooling="cls", num_layers=1,
+                                d_model=16, num_heads=2, d_ff=32)
+  chosen = platform.specialise(cfg)
+  assert (chosen.attention, chosen.attention_block_size) == (
+      ("blockwise", 8) if on_cpu else ("dense", cfg.attention_block_size))
+  assert platform.specialise(cfg.replace(max_length=14)).attention == "dense"
+  assert platform.specialise(cfg.replace(dropout_rate=0.1)).attention == "dense"
+  # The same numbers as dense; an unresolved 'auto' (a model built without the platform) is dense.
+  tokens = np.random.default_rng(0).integers(3, 12, (2, 15))
+  tokens[1, 9:] = 0
+  params = jax.jit(transformer.SequenceModel(cfg).init)(jax.random.PRNGKey(0), tokens)["params"]
+  run = lambda c: transformer.SequenceModel(c).apply({"params": params}, tokens)
+  np.testing.assert_allclose(run(chosen), run(cfg.replace(attention="dense")), **TOL)
   q, k, v, _, mask = _inputs(21)
   auto, weights = attention.attend(q, k, v, mask, implementation="auto", block_size=512)
   dense, _ = attention.attend(q, k, v, mask, implementation="dense", block_size=512)
-  assert weights is None if on_cpu else weights is not None
-  np.testing.assert_allclose(auto, dense, **TOL)
+  assert weights is not None
+  np.testing.assert_array_equal(auto, dense)
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="cudnn is available on GPU")
 def test_cudnn_off_gpu_names_backend_and_alternative():
-  q, k, v, _, mask = _inputs(8)
+  cfg = transformer.ModelConfig(vocab_size=12, max_length=8, attention="cudnn")
   with pytest.raises(ValueError, match=rf"backend is '{jax.default_backend()}'.*blockwise"):
-    attention.attend(q, k, v, mask, implementation="cudnn", block_size=4)
+    platform.specialise(cfg)
 
 
 @pytest.mark.parametrize("implementation", ["blockwise", "local", "cudnn"])

@@ -68,14 +68,14 @@ def test_issue_rows_hold_value_by_value():
 
 
 def test_mlp_classifier_is_dense_activation_dense_on_the_pooled_vector():
-  model = transformer.SequenceModel(vocab_size=8, max_length=6, num_classes=3, classifier="mlp",
+  model = transformer.build(vocab_size=8, max_length=6, num_classes=3, classifier="mlp",
                                     classifier_activation="gelu", num_layers=1, d_model=8,
                                     num_heads=2, d_ff=16)
   x = jnp.array([[4, 5, 6, 0, 0, 0]])
   params = model.init(jax.random.PRNGKey(0), x)["params"]
   head = params["classifier"]
   assert head["hidden"]["kernel"].shape == (8, 8) and head["output"]["kernel"].shape == (8, 3)
-  encoder = transformer.SequenceModel(vocab_size=8, max_length=6, head="mlm", num_layers=1,
+  encoder = transformer.build(vocab_size=8, max_length=6, head="mlm", num_layers=1,
                                       d_model=8, num_heads=2, d_ff=16)
   h = encoder.apply({"params": {**params, "mlm_head": {"kernel": jnp.eye(8), "bias": jnp.zeros(8)}}},
                     x)[0, :3].mean(0)  # The encoder output through an identity head: mean-pooled.
@@ -88,9 +88,9 @@ def test_pixels_enter_normalised_with_the_data_statistics():
   kw = dict(vocab_size=4, max_length=4, input_kind="pixels", num_layers=1, d_model=8, num_heads=2,
             d_ff=8)
   x = jnp.array([[0, 64, 128, 255]], jnp.uint8)
-  plain = transformer.SequenceModel(**kw)
+  plain = transformer.build(**kw)
   params = plain.init(jax.random.PRNGKey(0), x)["params"]
-  shifted = transformer.SequenceModel(**kw, pixel_mean=127.5, pixel_std=127.5)
+  shifted = transformer.build(**kw, pixel_mean=127.5, pixel_std=127.5)
   # (x - 127.5) / 127.5 = 2 * (x / 255) - 1: the same model on inputs mapped by hand.
   proj = params["encoder"]["input_projection"]
   twice = {**params, "encoder": {**params["encoder"], "input_projection": {

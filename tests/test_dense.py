@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from spt_jax import platform
-from spt_jax.models import dense
+from spt_jax.models import transformer
 
 
 def _value_and_grads(layer, x):
@@ -54,8 +54,9 @@ def test_refuses_what_nn_dense_never_asks_for():
 
 def test_model_uses_it_on_cpu_only(monkeypatch):
   monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  cfg = transformer.ModelConfig(vocab_size=8, max_length=4)
   assert platform.dense_dot_general() is platform.kernel_grad_dot_general
-  assert dense.Dense(4).dot_general is platform.kernel_grad_dot_general
+  assert platform.specialise(cfg).dot_general is platform.kernel_grad_dot_general
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   assert platform.dense_dot_general() is None
-  assert dense.Dense(4).dot_general is None
+  assert platform.specialise(cfg).dot_general is None

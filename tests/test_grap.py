@@ -1,8 +1,6 @@
 """GraP loss weighting and composite SPT: the algorithm's maths, its dynamics, and one tiny phase.
 
-The phase test routes objective='composite' to spt_jax.train_composite by monkeypatching, which is
-what experiment.py and objectives.py do once they know the objective (train_composite's docstring);
-on such a checkout the fixture changes nothing.
+The composite objective is spt_jax/objectives/composite.py, trained by the one phase trainer.
 """
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ import optax
 import pytest
 
 from conftest import load_config
-from spt_jax import (checkpoints, composite, experiment, grap, init_from, objectives, train,
-                     train_composite, tree)
+from spt_jax import checkpoints, experiment, grap, init_from, train, tree
+from spt_jax.objectives import composite
 from spt_jax.data import synthetic
 from spt_jax.data.tasks import TaskData
 
@@ -203,20 +201,7 @@ def test_configs_and_validation():
 
 
 # ---------------------------------------------------------------------------------------- phase
-@pytest.fixture
-def composite_routing(monkeypatch):
-  """What the experiment.py / objectives.py patches do, for an unpatched checkout."""
-  monkeypatch.setattr(objectives, "OBJECTIVES",
-                      tuple(dict.fromkeys(objectives.OBJECTIVES + ("composite",))))
-  plain = train.train_phase
-
-  def route(config, name, *args, **kwargs):
-    trainer = train_composite.train_phase if config[name].objective == "composite" else plain
-    return trainer(config, name, *args, **kwargs)
-  monkeypatch.setattr(train, "train_phase", route)
-
-
-def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path, composite_routing):
+def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
   config = load_config("synthetic_grap", "smoke")
   config.phases = "pretrain"  # The fine-tune's loading is checked below without training it.
   config.data.synthetic.update(length=24, num_train=128, num_val=32, num_test=32)
@@ -246,8 +231,8 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path, composite_r
   # The fine-tune's init_from (source=pretrain, exclude pretrain_heads/.*) into the classifier:
   # every encoder array loads with matching shapes, the heads stay behind, the classifier is fresh.
   task = TaskData("synthetic", synthetic.vocabulary(16), 2, 24, {}, "test")
-  model = train.build_model(config.model, task, objectives.Classification())
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 24), jnp.int32))["params"]
+  objective = train.make_objective(config, "finetune", task)
+  params = jax.jit(objective.init_params)(jax.random.PRNGKey(0), jnp.zeros((1, 24), jnp.int32))
   loaded, report = init_from.load_into(params, config.finetune.init_from, workdir=str(tmp_path),
                                        phase_names=["pretrain", "finetune"], phase="finetune")
   assert report["fresh"] == ["classifier/bias", "classifier/kernel"]
@@ -260,7 +245,7 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path, composite_r
                                 best["encoder"]["final_norm"]["scale"])
 
 
-def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite_routing,
+def test_interrupted_composite_phase_resumes_bit_identically(tmp_path,
                                                              monkeypatch):
   def config():
     c = load_config("synthetic_grap", "smoke")
@@ -275,7 +260,7 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
 
   reference = experiment.run(config(), str(tmp_path / "reference"))["pretrain"]
 
-  original = train_composite.make_steps
+  original = train.make_steps
 
   def crashing_make_steps(*args):
     step, evaluate = original(*args)
@@ -287,7 +272,7 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
     crash_after_first_checkpoint.lower = step.lower  # The trainer's memory check compiles through it.
     return crash_after_first_checkpoint, evaluate
   workdir = str(tmp_path / "interrupted")
-  monkeypatch.setattr(train_composite, "make_steps", crashing_make_steps)
+  monkeypatch.setattr(train, "make_steps", crashing_make_steps)
   with pytest.raises(KeyboardInterrupt):
     experiment.run(config(), workdir)
   latest = os.path.join(workdir, "pretrain", "checkpoints", "latest")
@@ -295,7 +280,7 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
   while "10" not in os.listdir(latest) and time.time() < deadline:
     time.sleep(0.05)
   assert max(os.listdir(latest), key=int) == "10"
-  monkeypatch.setattr(train_composite, "make_steps", original)
+  monkeypatch.setattr(train, "make_steps", original)
   resumed = experiment.run(config(), workdir)["pretrain"]
 
   assert resumed["test_of_best"] == reference["test_of_best"]
@@ -311,12 +296,12 @@ def test_interrupted_composite_phase_resumes_bit_identically(tmp_path, composite
   assert rows(workdir) == rows(tmp_path / "reference")
 
 
-def test_alignment_analysis_of_a_grap_checkpoint(tmp_path, composite_routing):
+def test_alignment_analysis_of_a_grap_checkpoint(tmp_path):
   """spt_jax.analysis.grap_alignment: the encoder-space cosine is the one of the gradients taken
   straight through the encoder, every cosine is finite and in [-1, 1], and a non-GraP phase is
   refused with the key named."""
   from spt_jax.analysis import grap_alignment
-  from spt_jax.composite import HEADS, PROBE
+  from spt_jax.objectives.composite import HEADS, PROBE
   from spt_jax.data import pipeline, tasks
   config = load_config("synthetic_grap", "smoke")
   config.phases = "pretrain"
@@ -339,8 +324,8 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path, composite_routing):
 
   # One batch by hand: grad of (loss ∘ encoder) w.r.t. the encoder, for mlm and for the probe.
   task = tasks.load(config.data)
-  comp = composite.build(config, "pretrain", task)
-  splits = composite.prepare_splits(task, composite.weighting_from_config(config.pretrain), 1.0)
+  comp = train.make_objective(config, "pretrain", task)
+  splits = comp.splits(task)
   batch = next(pipeline.train_batches(splits["train"], 16, seed=3, start_step=0))
   params = checkpoints.restore_item(str(tmp_path / "pretrain/checkpoints/latest/10/params"))
   rng = jax.random.PRNGKey(7)
@@ -350,9 +335,10 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path, composite_routing):
 
   def through_encoder(name):
     def fn(encoder):
-      z = comp.encode(encoder, views["view1"], train=False, rng=rng)[0]
+      z, mask = comp.encode(encoder, views["view1"], train=False, rng=rng)
       z2 = comp.encode(encoder, views["view2"], train=False, rng=rng)[0]
-      return comp.loss(name, z, params[HEADS], views, b, z2=jax.lax.stop_gradient(z2))[0]
+      return comp.head_loss(name, z, mask, params[HEADS], views, b,
+                            z2=jax.lax.stop_gradient(z2))[0]
     return np.concatenate([np.ravel(v) for _, v in sorted(tree.flatten(
         jax.grad(fn)(params["encoder"])).items())])
   direct = _cos(through_encoder("mlm"), through_encoder(PROBE))

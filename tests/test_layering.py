@@ -27,11 +27,11 @@ LAYERS = (
     # training, the composite weights' figure): the trainer never imports it.
     ("analysis", ("spt_jax.analysis.*",)),
     # One phase from config to results.
-    ("trainer", ("spt_jax.train", "spt_jax.train_composite", "spt_jax.preflight")),
+    ("trainer", ("spt_jax.train", "spt_jax.preflight")),
     # Config builders and validation: each section is checked by the module that owns it.
     ("config", ("spt_jax.config_lib", "spt_jax.lra_table")),
     # What a phase optimises: losses, heads, masking, loss weighting.
-    ("objectives", ("spt_jax.objectives", "spt_jax.composite", "spt_jax.grap", "spt_jax.masking")),
+    ("objectives", ("spt_jax.objectives.*", "spt_jax.grap", "spt_jax.masking")),
     # Models, task data, checkpoints, parameter handling, optimiser, metric files, theory models.
     ("components", ("spt_jax.models.*", "spt_jax.data.*", "spt_jax.checkpoints", "spt_jax.init_from",
                     "spt_jax.param_groups", "spt_jax.optim", "spt_jax.metric_writers",

@@ -4,7 +4,7 @@ import numpy as np
 
 from spt_jax import masking
 from spt_jax.data.vocab import MASK_ID, PAD_ID
-from spt_jax.objectives import MaskedTokenPrediction
+from spt_jax.objectives.masked import token_loss
 
 RNG = jax.random.PRNGKey(0)
 
@@ -48,13 +48,13 @@ def test_loss_counts_masked_positions_only():
   tokens = jnp.array([[4, 5, 6, 7, PAD_ID]])
   mask = jnp.array([[False, True, False, True, False]])
   logits = jax.random.normal(RNG, (1, 5, 10))
-  loss, metrics = MaskedTokenPrediction.loss_from_logits(logits, tokens, mask)
+  loss, metrics = token_loss(logits, tokens, mask)
   # By construction: the loss is the mean CE over exactly the two masked positions...
   logp = jax.nn.log_softmax(logits)
   expected = -(logp[0, 1, 5] + logp[0, 3, 7]) / 2
   np.testing.assert_allclose(loss, expected, rtol=1e-6)
   assert float(metrics["loss"][1]) == 2
   # ...and no other position receives gradient.
-  grad = jax.grad(lambda l: MaskedTokenPrediction.loss_from_logits(l, tokens, mask)[0])(logits)
+  grad = jax.grad(lambda l: token_loss(l, tokens, mask)[0])(logits)
   assert np.abs(np.asarray(grad)[0, [0, 2, 4]]).max() == 0
   assert np.abs(np.asarray(grad)[0, [1, 3]]).min() > 0

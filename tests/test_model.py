@@ -4,9 +4,10 @@ import numpy as np
 import optax
 import pytest
 
-from spt_jax import objectives, tree
+from spt_jax import tree
+from spt_jax.objectives import classification
 from spt_jax.data.vocab import PAD_ID
-from spt_jax.models.transformer import SequenceModel
+from spt_jax.models import transformer
 
 TOKENS = jnp.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 9]])
 
@@ -14,7 +15,7 @@ TOKENS = jnp.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 9]])
 def small(**kw):
   kw = dict(dict(vocab_size=12, max_length=16, num_layers=2, d_model=16, num_heads=2, d_ff=32,
                  num_classes=3), **kw)
-  return SequenceModel(**kw)
+  return transformer.build(**kw)
 
 
 def test_attention_projections_are_addressable_subtrees():
@@ -51,11 +52,11 @@ def test_train_step_lowers_loss_on_a_fixed_batch():
   model = small(num_classes=3)
   labels = jnp.array([0, 2])
   batch = {"inputs": TOKENS, "labels": labels, "weights": jnp.ones(2)}
-  objective = objectives.Classification()
+  objective = classification.Classification(model)
   params = model.init(jax.random.PRNGKey(3), TOKENS)["params"]
   tx = optax.adamw(3e-3)
   opt_state = tx.init(params)
-  loss_fn = lambda p: objective(model.apply, p, batch, jax.random.PRNGKey(0), train=True)[0]
+  loss_fn = lambda p: objective.loss(p, batch, jax.random.PRNGKey(0), train=True)[0]
 
   @jax.jit
   def step(params, opt_state):

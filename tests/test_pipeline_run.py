@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from spt_jax import experiment, objectives, train, tree
+from spt_jax import experiment, train, tree
 from spt_jax.data import tasks
 
 
@@ -58,9 +58,9 @@ def test_finetune_starts_from_the_pretrained_encoder_bitwise(spt_run):
 def _fresh_finetune_init(workdir):
   config = ml_collections.ConfigDict(json.load(open(os.path.join(workdir, "finetune/config.json"))))
   task = tasks.load(config.data)
-  model = train.build_model(config.model, task, objectives.Classification())
+  objective = train.make_objective(config, "finetune", task)
   init_rng = jax.random.split(train.phase_rng(config.seed, "finetune"), 3)[0]
-  return tree.flatten(model.init(init_rng, np.zeros((1, task.max_length), np.int32))["params"])
+  return tree.flatten(objective.init_params(init_rng, np.zeros((1, task.max_length), np.int32)))
 
 
 def test_checkpoint_reads_with_plain_orbax_without_spt_jax(spt_run):

@@ -10,7 +10,7 @@ import pytest
 from conftest import load_config, tiny
 from spt_jax import config_lib, experiment, platform, preflight, tree
 from spt_jax.models import transformer
-from spt_jax.models.transformer import SequenceModel
+from spt_jax.models import transformer
 
 TOKENS = (np.arange(4 * 64).reshape(4, 64) * 7 % 13 + 3).astype(np.int32)
 TOKENS[:, 50:] = 0  # padding, excluded from attention and pooling
@@ -20,7 +20,7 @@ def _model(remat, **overrides):
   fields = dict(vocab_size=16, max_length=64, head="mlm", num_layers=2, d_model=32, num_heads=2,
                 d_ff=64, dropout_rate=0.1, attention="dense", remat=remat)
   fields.update(overrides)
-  return SequenceModel(**fields)
+  return transformer.build(**fields)
 
 
 def _loss(model):
@@ -41,7 +41,7 @@ def test_layer_remat_keeps_parameter_paths_loss_and_gradients():
     np.testing.assert_array_equal(a, b)
   (loss_a, grads_a), (loss_b, grads_b) = (
       jax.jit(jax.value_and_grad(_loss(m)), compiler_options=platform.step_compiler_options(
-          m.remat))(params, TOKENS) for m in (plain, remat))
+          m.cfg.remat))(params, TOKENS) for m in (plain, remat))
   np.testing.assert_allclose(loss_a, loss_b, rtol=1e-6)
   for path, g in tree.flatten(grads_a).items():
     np.testing.assert_allclose(g, tree.flatten(grads_b)[path], rtol=1e-5, atol=1e-7, err_msg=path)

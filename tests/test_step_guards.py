@@ -14,12 +14,13 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from conftest import ROOT, load_config, tiny
-from spt_jax import config_lib, experiment, objectives, train
+from spt_jax import config_lib, experiment, train
 from spt_jax.data.tasks import TaskData
 from spt_jax.data.vocab import BYTE_VOCAB
 
@@ -116,18 +117,18 @@ def test_loss_count_is_taken_before_the_forward_pass(objective_name, input_kind)
   tied to the model inputs by an optimization barrier that comes before the first matmul. Without
   it, XLA:CPU ran the all-reduce as soon as it was ready, one device's thread then blocked in it
   while the other device computed, and the per-core-device classification step took 455 ms instead
-  of 340 ms (spt_jax/objectives.py)."""
-  phase = config_lib.phase_config(objective_name, mask_rate=0.15, batch_size=4, num_steps=10)
-  objective = objectives.make(phase, BYTE_VOCAB, input_kind)
+  of 340 ms (spt_jax/objectives/base.py)."""
+  config = ml_collections.ConfigDict(dict(
+      model=config_lib.transformer_config(num_layers=1, d_model=8, num_heads=2, d_ff=16),
+      phase=config_lib.phase_config(objective_name, mask_rate=0.15, batch_size=4, num_steps=10)))
   inputs = (np.arange(64).reshape(4, 16) % 200 + 4).astype(np.int32)
   task = TaskData("t", BYTE_VOCAB, 2, 16, {"train": {"inputs": inputs}}, "test", input_kind=input_kind)
-  model = train.build_model(config_lib.transformer_config(num_layers=1, d_model=8, num_heads=2,
-                                                          d_ff=16), task, objective)
-  params = model.init(jax.random.PRNGKey(0), jnp.asarray(inputs[:1]))["params"]
+  objective = train.make_objective(config, "phase", task)
+  params = objective.init_params(jax.random.PRNGKey(0), jnp.asarray(inputs[:1]))
   batch = {"inputs": jnp.asarray(inputs), "labels": jnp.zeros(4, jnp.int32),
            "weights": jnp.ones(4, jnp.float32)}
-  jaxpr = jax.make_jaxpr(lambda p: objective(model.apply, p, batch, jax.random.PRNGKey(1),
-                                             train=True)[0])(params).jaxpr
+  jaxpr = jax.make_jaxpr(lambda p: objective.loss(p, batch, jax.random.PRNGKey(1),
+                                                  train=True)[0])(params).jaxpr
   names = [e.primitive.name for e in jaxpr.eqns]
   assert "optimization_barrier" in names and "dot_general" in names, names
   assert names.index("optimization_barrier") < names.index("dot_general")

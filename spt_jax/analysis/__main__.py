@@ -15,7 +15,7 @@ import os
 import numpy as np
 from absl import app, flags
 
-from spt_jax import checkpoints, objectives, train
+from spt_jax import checkpoints, train
 from spt_jax.analysis import attention, plots, read_phase_config
 from spt_jax.data import tasks
 from spt_jax.data.vocab import PAD_ID
@@ -34,9 +34,10 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
   config, phase = read_phase_config(run)
   # The phase's own data: a cross-task SPT pretraining read another section (config.<phase>.data).
   task = tasks.load(config[config[phase].get("data") or "data"])
-  objective = objectives.make(config[phase], task.vocab, task.input_kind,
-                              (task.pixel_mean, task.pixel_std))
-  model = train.build_model(config.model, task, objective)
+  model = train.make_objective(config, phase, task).attention_model
+  if model is None:
+    raise ValueError(f"{run}: objective {config[phase].objective!r} has no attention maps to "
+                     f"analyse.")
   params_dir = checkpoints.resolve_params_dir(run, checkpoint)
   params = checkpoints.restore_item(params_dir)
   tokens = task.splits[split]["inputs"][:num_examples].astype(np.int32)

@@ -22,16 +22,16 @@ EXACT = ("auto", "blockwise", "cudnn")
 
 def attention_maps(model, params, tokens) -> list[jax.Array]:
   """Per layer, [B, H, L, L] attention weights (rows: queries) for `tokens` [B, L]."""
-  if model.attention in EXACT:
-    model = model.clone(attention="dense")
-  elif model.attention != "dense":
-    raise ValueError(f"attention maps need exact attention; model.attention={model.attention!r} "
+  if model.cfg.attention in EXACT:
+    model = model.with_options(attention="dense")
+  elif model.cfg.attention != "dense":
+    raise ValueError(f"attention maps need exact attention; model.attention={model.cfg.attention!r} "
                      f"is a different model (maps would not be the ones it computes).")
   _, state = model.apply({"params": params}, tokens, train=False, mutable=["intermediates"])
   encoder = state["intermediates"]["encoder"]
   layers = sorted((k for k in encoder if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
   maps = [encoder[k]["attention"]["attention_weights"][0] for k in layers]
-  if model.pooling == "cls":  # Drop the model's own CLS row and column: maps align with the data.
+  if model.cfg.pooling == "cls":  # Drop the model's own CLS row and column: maps align with the data.
     maps = [m[..., 1:, 1:] for m in maps]
   return maps
 
@@ -86,9 +86,9 @@ def tracker(name: str, cfg, model, task, writer, steps: int, replicated):
   dense attention's with the model's parameters, whichever exact implementation trains."""
   if cfg.attention_metrics_every_steps <= 0:
     return None
-  if model.attention not in ("dense",) + EXACT:
+  if model.cfg.attention not in ("dense",) + EXACT:
     logging.warning("[%s] attention metrics need exact attention, not model.attention=%r; not "
-                    "tracking them.", name, model.attention)
+                    "tracking them.", name, model.cfg.attention)
     return None
   probe = next(pipeline.eval_batches(task.splits["val"], cfg.eval_batch_size or cfg.batch_size))
   probe = jax.device_put(probe["inputs"].astype(np.int32), replicated)

@@ -30,9 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from spt_jax import checkpoints, composite, grap, tree
+from spt_jax import checkpoints, grap, train, tree
 from spt_jax.analysis import read_phase_config
-from spt_jax.composite import HEADS, PROBE
+from spt_jax.objectives import composite
+from spt_jax.objectives.composite import HEADS, PROBE
 from spt_jax.data import pipeline, tasks
 
 # Parameter-path patterns (whole-path regexes, as for freezing) of each space but z.
@@ -52,13 +53,14 @@ def make_batch_statistics(comp: composite.Composite):
   def statistics(params, batch, rng):
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
     views = comp.views(rng, batch)
-    z, encoder_vjp = jax.vjp(
-        lambda p: comp.encode(p, views["view1"], train=False, rng=rng)[0], params["encoder"])
+    z, encoder_vjp, mask = jax.vjp(
+        lambda p: comp.encode(p, views["view1"], train=False, rng=rng), params["encoder"],
+        has_aux=True)
     z2 = (comp.encode(params["encoder"], views["view2"], train=False, rng=rng)[0]
           if "contrastive" in comp.losses else None)
     z_grads = []
     for name in names:
-      fn = lambda z_: comp.loss(name, z_, params[HEADS], views, batch, z2=z2)
+      fn = lambda z_: comp.head_loss(name, z_, mask, params[HEADS], views, batch, z2=z2)
       (_, metrics), g = jax.value_and_grad(fn, has_aux=True)(z)
       z_grads.append(g)
     probe_metrics = metrics  # of the last name, the probe
@@ -83,9 +85,8 @@ def measure(config, phase: str, params, *, num_batches: int, seed: int = 0) -> d
                      f"alignment is measured against GraP's downstream probe, which only a "
                      f"weighting='grap' phase trains ({HEADS}/{PROBE}).")
   task = tasks.load(config[cfg.get("data") or "data"])  # The phase's own data section.
-  comp = composite.build(config, phase, task)
-  splits = composite.prepare_splits(task, composite.weighting_from_config(cfg),
-                                    cfg.grap.label_fraction)
+  comp = train.make_objective(config, phase, task)
+  splits = comp.splits(task)
   statistics = make_batch_statistics(comp)
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=seed, start_step=0,
                                    process_index=0, process_count=1)

@@ -10,23 +10,22 @@ The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signatu
   local      each block of `block_size` queries attends to its own and the two neighbouring key
              blocks only (Amos et al.'s Path-X setting): a different model, linear in L.
   cudnn      cuDNN's fused flash attention via `jax.nn.dot_product_attention`; GPU only.
-  auto       (the default) the fastest exact one for the call (`platform.resolve_auto_attention`:
-             blockwise on the CPU backend from `platform.AUTO_CPU_MIN_LENGTH` tokens on, dense
-             otherwise and whenever attention dropout is active). The same function either way, so
-             checkpoints and results do not depend on which one ran.
+  auto       (the default) the fastest exact one, chosen once when the trainer builds the model
+             (`platform.specialise`: blockwise on the CPU backend from `platform.AUTO_CPU_MIN_LENGTH`
+             tokens on, dense otherwise and whenever attention dropout is active); a model built
+             without the platform's choice runs dense. The same function either way, so checkpoints
+             and results do not depend on which one ran.
 Only `dense` supports dropout on the attention weights and returns the weights.
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from spt_jax import platform
 
 # A padded key's score. `where` with the most negative finite float, not -inf and not an additive
 # bias: adding finfo.min to a negative score overflows to -inf, and a query whose keys are all padding
@@ -284,7 +283,6 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   example with no real key gets dense's answer (the mean of all values).
   """
   _no_dropout("cudnn", dropout_fn)
-  platform.check_cudnn_backend()
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
   lengths = key_mask.sum(-1, dtype=jnp.int32)
   # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
@@ -304,10 +302,7 @@ IMPLEMENTATIONS = ("auto", "dense", "blockwise", "local", "cudnn")
 def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
            dropout_fn: Callable | None = None):
   """Dispatches to an attention implementation; all take and return the same shapes."""
-  if implementation == "auto":
-    implementation, auto_block = platform.resolve_auto_attention(q.shape[1], dropout_fn is not None)
-    block_size = auto_block or block_size
-  if implementation == "dense":
+  if implementation in ("auto", "dense"):  # 'auto' unresolved by the platform: dense (docstring)
     return dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
   if implementation == "blockwise":
     return blockwise_attention(q, k, v, key_mask, block_size=block_size, dropout_fn=dropout_fn)
@@ -319,32 +314,30 @@ def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
 
 
 class MultiHeadAttention(nn.Module):
-  num_heads: int
-  dropout_rate: float = 0.0
-  dtype: jnp.dtype = jnp.float32
-  implementation: str = "auto"
-  block_size: int = 512
+  cfg: Any  # models.transformer.ModelConfig: num_heads, dropout_rate, dtype, attention, ...
 
   @nn.compact
   def __call__(self, x, key_mask, *, train: bool):
-    d_model = x.shape[-1]
-    if d_model % self.num_heads:
-      raise ValueError(f"d_model={d_model} is not divisible by num_heads={self.num_heads}.")
-    head_dim = d_model // self.num_heads
-    project = functools.partial(nn.DenseGeneral, features=(self.num_heads, head_dim), dtype=self.dtype)
+    cfg = self.cfg
+    d_model, num_heads = x.shape[-1], cfg.num_heads
+    if d_model % num_heads:
+      raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}.")
+    head_dim = d_model // num_heads
+    project = functools.partial(nn.DenseGeneral, features=(num_heads, head_dim),
+                                dtype=cfg.compute_dtype)
     q = project(name="query")(x)
     # No key bias: it adds q·b_k equally to every score of a query, which softmax ignores, so its true
     # gradient is exactly zero and Adam would only turn float noise into lr-sized random steps.
     k = project(name="key", use_bias=False)(x)
     v = project(name="value")(x)
     dropout_fn = None
-    if train and self.dropout_rate > 0:
-      dropout_fn = nn.Dropout(self.dropout_rate, deterministic=False)
-    out, weights = attend(q, k, v, key_mask, implementation=self.implementation,
-                          block_size=self.block_size, dropout_fn=dropout_fn)
+    if train and cfg.dropout_rate > 0:
+      dropout_fn = nn.Dropout(cfg.dropout_rate, deterministic=False)
+    out, weights = attend(q, k, v, key_mask, implementation=cfg.attention,
+                          block_size=cfg.attention_block_size, dropout_fn=dropout_fn)
     # Recorded only when the caller asks for the 'intermediates' collection (attention analysis);
     # otherwise `sow` is a no-op and costs nothing inside jit. Memory-efficient implementations
     # never materialise the weights and return None.
     if weights is not None:
       self.sow("intermediates", "attention_weights", weights)
-    return nn.DenseGeneral(features=d_model, axis=(-2, -1), dtype=self.dtype, name="out")(out)
+    return nn.DenseGeneral(features=d_model, axis=(-2, -1), dtype=cfg.compute_dtype, name="out")(out)

@@ -17,14 +17,17 @@ that does not is stopped before its first step with this among the remedies (spt
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from spt_jax.data.vocab import CLS_ID, PAD_ID
-from spt_jax.models.attention import MultiHeadAttention
-from spt_jax.models.dense import Dense
+from spt_jax.models import attention as attention_lib
 
 POSITIONS = ("sinusoidal", "learned", "none")
 POOLINGS = ("mean", "max", "last", "cls")
@@ -50,16 +53,116 @@ def sinusoidal_encoding(length: int, d_model: int) -> np.ndarray:
   return pe
 
 
-class MLP(nn.Module):
-  d_ff: int
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that fixes the model, declared once and passed to every module (nanodo's DoConfig).
+
+  The fields above the line are `config.model` (config_lib.transformer_config takes its defaults
+  from here and `validate_section` checks them); the ones below come from the task's data or from
+  the platform (`platform.specialise`), never from the config file.
+  """
+  num_layers: int = 6
+  d_model: int = 512
+  num_heads: int = 8
+  d_ff: int = 2048
+  dropout_rate: float = 0.0
+  position: str = "sinusoidal"    # one of POSITIONS
+  pooling: str = "mean"           # one of POOLINGS
   activation: str = "gelu"
-  dtype: jnp.dtype = jnp.float32
+  dtype: str = "float32"          # compute dtype: float32 or bfloat16 (parameters stay float32)
+  attention: str = "auto"         # one of attention.IMPLEMENTATIONS
+  attention_block_size: int = 512
+  remat: str = "none"             # 'layer': recompute each layer in the backward pass, for memory
+  pair_features: str = "uvmd"     # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
+  classifier: str = "linear"      # 'linear' or 'mlp' (Dense(d_model), activation, Dense(classes))
+  classifier_activation: str = "relu"  # the mlp head's hidden activation
+  # ---- from the task's data
+  vocab_size: int = 0
+  max_length: int = 0
+  num_classes: int = 2
+  input_kind: str = "tokens"      # one of INPUT_KINDS
+  pixel_mean: float = 0.0         # pixel normalisation, in 8-bit units (the data's, see TaskData)
+  pixel_std: float = 255.0
+  # ---- from the platform: the Dense layers' matmul (None: lax.dot_general)
+  dot_general: Callable | None = None
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def encoder_length(self) -> int:
+    """Positions the encoder sees: the data's plus the model's own CLS token."""
+    return self.max_length + (self.pooling == "cls")
+
+  def replace(self, **changes) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+
+TASK_FIELDS = ("vocab_size", "max_length", "num_classes", "input_kind", "pixel_mean", "pixel_std")
+SECTION_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
+                       if f.name not in TASK_FIELDS + ("dot_general",))
+
+
+def section_defaults() -> dict[str, Any]:
+  """`config.model`'s fields and defaults."""
+  return {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in SECTION_FIELDS}
+
+
+def from_section(section, task=None, **task_fields) -> ModelConfig:
+  """The ModelConfig of a `config.model` section and a task (anything with TaskData's fields).
+  A section recorded before a field existed reads as the model then was: the field's default."""
+  fields = {k: section.get(k, default) for k, default in section_defaults().items()}
+  if task is not None:
+    fields.update(vocab_size=task.vocab.size, max_length=task.max_length,
+                  num_classes=task.num_classes, input_kind=task.input_kind,
+                  pixel_mean=task.pixel_mean, pixel_std=task.pixel_std)
+  fields.update(task_fields)
+  return ModelConfig(**fields)
+
+
+def _one_of(value, allowed, key):
+  if value not in allowed:
+    raise ValueError(f"config.{key}={value!r} must be one of {tuple(allowed)}.")
+
+
+def validate_section(m) -> None:
+  """Checks `config.model` (before anything is built); every message names the offending key."""
+  _one_of(m.position, POSITIONS, "model.position")
+  _one_of(m.pooling, POOLINGS, "model.pooling")
+  _one_of(m.activation, tuple(ACTIVATIONS), "model.activation")
+  _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
+  _one_of(m.attention, attention_lib.IMPLEMENTATIONS, "model.attention")
+  _one_of(m.remat, REMATS, "model.remat")
+  _one_of(m.pair_features, tuple(PAIR_FEATURES), "model.pair_features")
+  _one_of(m.classifier, CLASSIFIERS, "model.classifier")
+  _one_of(m.classifier_activation, tuple(ACTIVATIONS), "model.classifier_activation")
+  for key in ("num_layers", "d_model", "num_heads", "d_ff"):
+    if m[key] <= 0:
+      raise ValueError(f"config.model.{key}={m[key]!r} must be > 0.")
+  if m.d_model % m.num_heads:
+    raise ValueError(f"config.model.d_model={m.d_model} is not divisible by "
+                     f"config.model.num_heads={m.num_heads}.")
+  if m.position == "sinusoidal" and m.d_model % 2:
+    raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
+  if not 0 <= m.dropout_rate < 1:
+    raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
+  if m.dropout_rate > 0 and m.attention not in ("dense", "auto"):
+    raise ValueError(f"config.model.attention={m.attention!r} has no attention dropout; use "
+                     f"config.model.dropout_rate=0 or attention='dense'.")
+
+
+class MLP(nn.Module):
+  cfg: ModelConfig
 
   @nn.compact
   def __call__(self, x):
-    h = Dense(self.d_ff, dtype=self.dtype, name="dense_in")(x)
-    h = ACTIVATIONS[self.activation](h)
-    return Dense(x.shape[-1], dtype=self.dtype, name="dense_out")(h)
+    cfg = self.cfg
+    dense = lambda n, name: nn.Dense(n, dtype=cfg.compute_dtype, dot_general=cfg.dot_general,
+                                     name=name)
+    h = ACTIVATIONS[cfg.activation](dense(cfg.d_ff, "dense_in")(x))
+    return dense(x.shape[-1], "dense_out")(h)
 
 
 class MLPClassifier(nn.Module):
@@ -73,33 +176,26 @@ class MLPClassifier(nn.Module):
     return nn.Dense(self.num_classes, name="output")(h)
 
 
-def classifier_head(kind: str, num_classes: int, hidden: int, activation: str) -> nn.Module:
-  """The head named 'classifier' (a linear one keeps the paths classifier/{kernel,bias})."""
-  if kind == "linear":
-    return nn.Dense(num_classes, name="classifier")
-  if kind == "mlp":
-    return MLPClassifier(num_classes, hidden, activation, name="classifier")
-  raise ValueError(f"classifier={kind!r} must be one of {CLASSIFIERS}.")
+def classifier_head(cfg: ModelConfig) -> nn.Module:
+  """The head assigned to `classifier` (a linear one has the paths classifier/{kernel,bias})."""
+  if cfg.classifier == "linear":
+    return nn.Dense(cfg.num_classes)
+  if cfg.classifier == "mlp":
+    return MLPClassifier(cfg.num_classes, cfg.d_model, cfg.classifier_activation)
+  raise ValueError(f"classifier={cfg.classifier!r} must be one of {CLASSIFIERS}.")
 
 
 class EncoderBlock(nn.Module):
-  num_heads: int
-  d_ff: int
-  dropout_rate: float = 0.0
-  activation: str = "gelu"
-  dtype: jnp.dtype = jnp.float32
-  attention: str = "auto"
-  attention_block_size: int = 512
+  cfg: ModelConfig
 
   @nn.compact
   def __call__(self, x, mask, train: bool):  # `train` positional: nn.remat's static_argnums
-    drop = nn.Dropout(self.dropout_rate, deterministic=not train)
+    drop = nn.Dropout(self.cfg.dropout_rate, deterministic=not train)
     h = nn.LayerNorm(name="norm_attention")(x)
-    h = MultiHeadAttention(self.num_heads, self.dropout_rate, self.dtype, self.attention,
-                           self.attention_block_size, name="attention")(h, mask, train=train)
+    h = attention_lib.MultiHeadAttention(self.cfg, name="attention")(h, mask, train=train)
     x = x + drop(h)
     h = nn.LayerNorm(name="norm_mlp")(x)
-    h = MLP(self.d_ff, self.activation, self.dtype, name="mlp")(h)
+    h = MLP(self.cfg, name="mlp")(h)
     return x + drop(h)
 
 
@@ -116,46 +212,35 @@ def encoder_block(remat: str):
 
 
 class Encoder(nn.Module):
-  vocab_size: int
-  max_length: int
-  num_layers: int = 6
-  d_model: int = 512
-  num_heads: int = 8
-  d_ff: int = 2048
-  dropout_rate: float = 0.0
-  position: str = "sinusoidal"
-  activation: str = "gelu"
-  dtype: jnp.dtype = jnp.float32
-  attention: str = "auto"
-  attention_block_size: int = 512
-  remat: str = "none"
+  cfg: ModelConfig
 
   @nn.compact
   def __call__(self, inputs, mask, *, train: bool):
     """inputs: token ids [B, L] or continuous features [B, L, C]; mask [B, L] (True = real)."""
+    cfg = self.cfg
     length = inputs.shape[1]
-    if length > self.max_length:
-      raise ValueError(f"Sequence length {length} exceeds the model's max_length {self.max_length}.")
+    if length > cfg.encoder_length:
+      raise ValueError(f"Sequence length {length} exceeds the model's max_length "
+                       f"{cfg.encoder_length}.")
     if jnp.issubdtype(inputs.dtype, jnp.integer):
       # N(0, 1) like torch.nn.Embedding (the reference SPT code): token and sinusoidal codes then
       # have comparable scale, which is the regime the position-cancellation analysis is about.
-      x = nn.Embed(self.vocab_size, self.d_model, embedding_init=nn.initializers.normal(1.0),
+      x = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(1.0),
                    name="token_embedding")(inputs)
     else:
-      x = nn.Dense(self.d_model, name="input_projection")(inputs)
-    if self.position == "sinusoidal":
-      x = x + sinusoidal_encoding(self.max_length, self.d_model)[:length]
-    elif self.position == "learned":
+      x = nn.Dense(cfg.d_model, name="input_projection")(inputs)
+    if cfg.position == "sinusoidal":
+      x = x + sinusoidal_encoding(cfg.encoder_length, cfg.d_model)[:length]
+    elif cfg.position == "learned":
       table = self.param("position_embedding", nn.initializers.normal(0.02),
-                         (self.max_length, self.d_model))
+                         (cfg.encoder_length, cfg.d_model))
       x = x + table[:length]
-    elif self.position != "none":
-      raise ValueError(f"position={self.position!r} must be one of {POSITIONS}.")
-    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x.astype(self.dtype))
-    block = encoder_block(self.remat)
-    for i in range(self.num_layers):
-      x = block(self.num_heads, self.d_ff, self.dropout_rate, self.activation, self.dtype,
-                self.attention, self.attention_block_size, name=f"layer_{i}")(x, mask, train)
+    elif cfg.position != "none":
+      raise ValueError(f"position={cfg.position!r} must be one of {POSITIONS}.")
+    x = nn.Dropout(cfg.dropout_rate, deterministic=not train)(x.astype(cfg.compute_dtype))
+    block = encoder_block(cfg.remat)
+    for i in range(cfg.num_layers):
+      x = block(cfg, name=f"layer_{i}")(x, mask, train)
     return nn.LayerNorm(name="final_norm")(x).astype(jnp.float32)
 
 
@@ -175,8 +260,8 @@ def pool(h, mask, pooling: str):
 
 
 class SequenceModel(nn.Module):
-  """Encoder + one head. `head='mlm'` gives per-position reconstruction logits, `'classifier'` pooled
-  class logits.
+  """The encoder and one head: `head='mlm'` gives per-position reconstruction logits,
+  `'classifier'` pooled class logits; `encode` alone is what every head (composite ones too) reads.
 
   Inputs are token ids [B, L] (`input_kind='tokens'`; padding = id 0, excluded from attention keys and
   pooling, so appending padding never changes the outputs at real positions), raw 8-bit pixels
@@ -185,71 +270,80 @@ class SequenceModel(nn.Module):
   documents [B, 2, L] (retrieval: both go through the same encoder; the classifier sees
   `pair_features` of the two pooled vectors u, v).
   """
-  vocab_size: int
-  max_length: int
+  cfg: ModelConfig
   head: str = "classifier"
-  num_classes: int = 2
-  pooling: str = "mean"
-  input_kind: str = "tokens"
   mlm_outputs: int = 0          # reconstruction logits per position; 0: vocab_size
-  pair_features: str = "uvmd"
-  classifier: str = "linear"
-  classifier_activation: str = "relu"
-  pixel_mean: float = 0.0       # pixel normalisation, in 8-bit units (the data's, see TaskData)
-  pixel_std: float = 255.0
-  num_layers: int = 6
-  d_model: int = 512
-  num_heads: int = 8
-  d_ff: int = 2048
-  dropout_rate: float = 0.0
-  position: str = "sinusoidal"
-  activation: str = "gelu"
-  dtype: jnp.dtype = jnp.float32
-  attention: str = "auto"
-  attention_block_size: int = 512
-  remat: str = "none"
 
-  @nn.compact
-  def __call__(self, inputs, *, train: bool = False, pixel_mask=None):
-    batch_shape = inputs.shape[:-1]
-    inputs = inputs.reshape(-1, inputs.shape[-1])  # Pairs [B, 2, L] → [2B, L]: one shared encoder.
-    if self.input_kind == "tokens":
+  def setup(self):
+    cfg = self.cfg
+    # Attribute names are the parameter names: encoder/..., mlm_head/..., classifier/...
+    self.encoder = Encoder(cfg)
+    if self.head == "mlm":
+      self.mlm_head = nn.Dense(self.mlm_outputs or cfg.vocab_size, dot_general=cfg.dot_general)
+    elif self.head == "classifier":
+      self.classifier = classifier_head(cfg)
+    else:
+      raise ValueError(f"head={self.head!r} must be one of {HEADS}.")
+
+  def embed(self, inputs, pixel_mask=None):
+    """The encoder's input and its real-position mask [B', L'] (pairs [B, 2, L] flattened to
+    [2B, L]; the model's CLS token prepended for pooling='cls')."""
+    cfg = self.cfg
+    inputs = inputs.reshape(-1, inputs.shape[-1])
+    if cfg.input_kind == "tokens":
       mask = inputs != PAD_ID
-      if self.pooling == "cls":
+      if cfg.pooling == "cls":
         # The CLS token is part of the model, not the data, so the same batches serve every pooling.
         cls = jnp.full((inputs.shape[0], 1), CLS_ID, inputs.dtype)
         inputs = jnp.concatenate([cls, inputs], axis=1)
         mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
-    elif self.input_kind == "pixels":
-      if self.pooling == "cls":
+      return inputs, mask
+    if cfg.input_kind == "pixels":
+      if cfg.pooling == "cls":
         raise ValueError("pooling='cls' needs token inputs; use mean or max pooling for pixels.")
       # Every pixel is real data, black included: padding is never derived from values.
       mask = jnp.ones(inputs.shape, bool)
       corrupted = (jnp.zeros(inputs.shape, jnp.float32) if pixel_mask is None
                    else pixel_mask.reshape(inputs.shape).astype(jnp.float32))
-      value = (inputs.astype(jnp.float32) - self.pixel_mean) / self.pixel_std
-      inputs = jnp.stack([value * (1.0 - corrupted), corrupted], axis=-1)
-    else:
-      raise ValueError(f"input_kind={self.input_kind!r} must be one of {INPUT_KINDS}.")
-    h = Encoder(self.vocab_size, self.max_length + (self.pooling == "cls"), self.num_layers,
-                self.d_model, self.num_heads, self.d_ff, self.dropout_rate, self.position,
-                self.activation, self.dtype, self.attention, self.attention_block_size,
-                self.remat, name="encoder")(inputs, mask, train=train)
+      value = (inputs.astype(jnp.float32) - cfg.pixel_mean) / cfg.pixel_std
+      return jnp.stack([value * (1.0 - corrupted), corrupted], axis=-1), mask
+    raise ValueError(f"input_kind={cfg.input_kind!r} must be one of {INPUT_KINDS}.")
+
+  def encode(self, inputs, *, train: bool = False, pixel_mask=None):
+    """(h [B', L', D], mask [B', L']): the encoder's output over `embed`'s positions."""
+    x, mask = self.embed(inputs, pixel_mask)
+    return self.encoder(x, mask, train=train), mask
+
+  def per_token(self, h):
+    """h without the model's CLS position: one row per input position."""
+    return h[:, 1:] if self.cfg.pooling == "cls" else h
+
+  def pooled(self, h, mask, batch_shape):
+    """[B, D] (or the pair features [B, k·D] of documents [B, 2, L])."""
+    pooled = pool(h, mask, self.cfg.pooling)
+    if len(batch_shape) == 2:  # A pair of documents per example.
+      pooled = pooled.reshape(batch_shape + pooled.shape[-1:])
+      u, v = pooled[:, 0], pooled[:, 1]
+      if self.cfg.pair_features not in PAIR_FEATURES:
+        raise ValueError(f"pair_features={self.cfg.pair_features!r} must be one of "
+                         f"{tuple(PAIR_FEATURES)}.")
+      parts = [u, v, u * v, u - v] if self.cfg.pair_features == "uvmd" else [u, v]
+      pooled = jnp.concatenate(parts, axis=-1)
+    return pooled
+
+  def __call__(self, inputs, *, train: bool = False, pixel_mask=None):
+    batch_shape = inputs.shape[:-1]
+    h, mask = self.encode(inputs, train=train, pixel_mask=pixel_mask)
     if self.head == "mlm":
-      logits = Dense(self.mlm_outputs or self.vocab_size, name="mlm_head")(h)
-      if self.pooling == "cls":
-        logits = logits[:, 1:]
+      logits = self.per_token(self.mlm_head(h))
       return logits.reshape(batch_shape + logits.shape[1:])
-    if self.head == "classifier":
-      pooled = pool(h, mask, self.pooling)
-      if len(batch_shape) == 2:  # A pair of documents per example.
-        pooled = pooled.reshape(batch_shape + pooled.shape[-1:])
-        u, v = pooled[:, 0], pooled[:, 1]
-        if self.pair_features not in PAIR_FEATURES:
-          raise ValueError(f"pair_features={self.pair_features!r} must be one of "
-                           f"{tuple(PAIR_FEATURES)}.")
-        parts = [u, v, u * v, u - v] if self.pair_features == "uvmd" else [u, v]
-        pooled = jnp.concatenate(parts, axis=-1)
-      return classifier_head(self.classifier, self.num_classes, self.d_model,
-                             self.classifier_activation)(pooled)
-    raise ValueError(f"head={self.head!r} must be one of {HEADS}.")
+    return self.classifier(self.pooled(h, mask, batch_shape))
+
+  def with_options(self, **changes) -> "SequenceModel":
+    """The same model (same parameters) with config fields changed, e.g. attention='dense'."""
+    return self.clone(cfg=self.cfg.replace(**changes))
+
+
+def build(head: str = "classifier", mlm_outputs: int = 0, **fields) -> SequenceModel:
+  """A SequenceModel from ModelConfig's fields by keyword (tests, benchmarks, notebooks)."""
+  return SequenceModel(ModelConfig(**fields), head=head, mlm_outputs=mlm_outputs)

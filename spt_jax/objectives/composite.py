@@ -24,12 +24,27 @@ still gets a single backward pass. The two views are exchangeable, so the gradie
 has the same expectation as the one through view 1: dropping it halves the expected contrastive
 gradient, a scale that the weighting methods normalise away.
 
+A step (`Composite.train_grads`; spt_jax/grap.py for the weighting):
+  z = encoder(view 1) with its VJP kept; z2 = encoder(view 2), a constant (contrastive only)
+  for each loss i, on the detached z: L_i, dL_i/dz and head i's parameter gradient
+  GraP only: the probe's loss on the labelled examples and dL_down/dz
+  weighting → z-gradient and per-loss coefficients λ_i
+  ONE backward through the encoder with the z-gradient; heads get Σ λ_i (their gradients)
+  (+ the probe its own gradient); the trainer's AdamW on everything, the weighting's state updated
+  alongside (the objective's state, in the optimiser state under 'weighting').
+
 The head parameters are all under `pretrain_heads/`, so a fine-tuning phase loads the encoder with
-`init_from.exclude=("pretrain_heads/.*",)`.
+`init_from.exclude=("pretrain_heads/.*",)`. Beyond the common files a composite phase writes
+metrics.jsonl rows of split 'weights' every `composite.log_weights_every` steps (one column per loss,
+plus `align_<loss>`, `logit_<loss>`, ... for GraP) and `<phase>/weights.png` with their trajectories
+(drawn by the caller's `weights_figure` hook). Validation selects the best checkpoint on the first
+loss's accuracy in LOSSES order (the mlm head's masked-token accuracy when mlm is among the losses).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import flax.linen as nn
 import jax
@@ -37,10 +52,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from spt_jax import grap, masking, objectives
+from spt_jax import grap, masking
 from spt_jax.data import pipeline
-from spt_jax.data.vocab import CLS_ID, PAD_ID
-from spt_jax.models import transformer
+from spt_jax.data.vocab import PAD_ID
+from spt_jax.models.transformer import SequenceModel, pool
+from spt_jax.objectives import register
+from spt_jax.objectives.base import Objective, ratio
+from spt_jax.objectives.masked import token_loss
 
 LOSSES = ("mlm", "span", "contrastive", "random")
 TOKEN_LOSSES = ("mlm", "span")
@@ -190,37 +208,88 @@ class PretrainHeads(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------- Objective
+@register
 @dataclasses.dataclass(frozen=True)
-class Composite:
-  """Views, the shared encoding and every head's loss; pure functions of (params, batch, rng)."""
-  encoder: transformer.Encoder
-  heads: PretrainHeads
-  losses: tuple[str, ...]
-  pooling: str
-  mask_rate: float
-  bert_mix: bool
-  first_regular_id: int
-  vocab_size: int
-  span_length: float
-  span_rate: float
-  temperature: float
-  random_classes: int
-  random_seed: int
+class Composite(Objective):
+  """Views, the shared encoding, every head's loss and the weighted step; pure functions of
+  (params, batch, rng). Parameters: {'encoder': the SequenceModel's encoder, 'pretrain_heads': ...}.
+  The weighting's state (GraP logits, their Adam moments, EMAs) is the objective's state, kept in the
+  optimiser state under 'weighting', so the latest checkpoint resumes it too."""
+  name = "composite"
+  state_key = "weighting"
+  heads: PretrainHeads = None
+  weighting: grap.Weighting = None
+  losses: tuple[str, ...] = ()
+  mask_rate: float = 0.15
+  bert_mix: bool = False
+  first_regular_id: int = 0
+  vocab_size: int = 0
+  span_length: float = 3.0
+  span_rate: float = 0.15
+  temperature: float = 0.1
+  random_classes: int = 16
+  random_seed: int = 0
+  label_fraction: float = 1.0
+  log_weights_every: int = 10
+
+  @staticmethod
+  def validate(p, phase: str) -> None:
+    if "composite" not in p or "grap" not in p:
+      raise ValueError(f"config.{phase}.objective='composite' needs the fields of "
+                       f"config_lib.composite_phase_config() (config.{phase}.composite, .grap).")
+    validate_phase(p, phase)
+
+  @classmethod
+  def from_config(cls, config, phase, task, model_config):
+    p = config[phase]
+    if task.input_kind != "tokens" or task.splits["train"]["inputs"].ndim != 2:
+      raise ValueError(f"config.{phase}.objective='composite' needs token sequences [B, L]; "
+                       f"{task.name} has {task.input_kind} inputs of shape "
+                       f"{task.splits['train']['inputs'].shape[1:]}.")
+    c = p.composite
+    heads = PretrainHeads(losses=tuple(c.losses), vocab_size=task.vocab.size,
+                          random_classes=c.random_classes,
+                          projection_dim=c.projection_dim or model_config.d_model,
+                          num_classes=task.num_classes, probe=c.weighting == "grap")
+    losses = tuple(c.losses)
+    selection = next(f"{n}_accuracy" for n in LOSSES if n in losses)
+    return cls(SequenceModel(model_config, head="classifier"), selection_metric=selection,
+               heads=heads, weighting=weighting_from_config(p), losses=losses,
+               mask_rate=p.mask_rate, bert_mix=p.bert_mix,
+               first_regular_id=task.vocab.first_regular_id, vocab_size=task.vocab.size,
+               span_length=float(c.span_length), span_rate=float(c.span_rate),
+               temperature=float(c.temperature), random_classes=c.random_classes,
+               random_seed=c.random_seed, label_fraction=float(p.grap.label_fraction),
+               log_weights_every=int(c.log_weights_every))
 
   @property
   def probe(self) -> bool:
     return self.heads.probe
 
   @property
-  def selection_metric(self) -> str:
-    """Best checkpoint: highest validation accuracy of the first token head (mlm, else span, ...)."""
-    for name in ("mlm", "span", "contrastive", "random"):
-      if name in self.losses:
-        return f"{name}_accuracy"
-    raise AssertionError(self.losses)
+  def pooling(self) -> str:
+    return self.model.cfg.pooling
 
-  def summarize(self, sums: dict) -> dict:
-    return objectives.ratio(sums)
+  @property
+  def attention_model(self):
+    return None  # the encoder's attention is not tracked in composite phases
+
+  # ---- data and parameters
+  def splits(self, task) -> dict:
+    return prepare_splits(task, self.weighting, self.label_fraction)
+
+  def init_params(self, rng, example_inputs):
+    """The encoder is drawn exactly as the classification model's (same module path and key), so
+    its shapes are the fine-tune's and the same seed and phase name give the same encoder as a plain
+    SPT phase."""
+    length = example_inputs.shape[1]
+    z = jnp.zeros((1, length + (self.pooling == "cls"), self.model.cfg.d_model), jnp.float32)
+    encoder = self.model.init(rng, example_inputs)["params"]["encoder"]
+    heads = self.heads.init(jax.random.fold_in(rng, 2), z, z[:, 0])["params"]
+    return {"encoder": encoder, HEADS: heads}
+
+  def init_state(self):
+    return self.weighting.init()
 
   # ---- inputs
   def corrupt(self, rng, tokens, keep):
@@ -252,25 +321,16 @@ class Composite:
 
   # ---- encoder
   def encode(self, encoder_params, inputs, *, train: bool, rng):
-    """z [B, L', D] and its real-position mask, exactly as SequenceModel runs its encoder."""
-    mask = inputs != PAD_ID
-    if self.pooling == "cls":
-      cls = jnp.full((inputs.shape[0], 1), CLS_ID, inputs.dtype)
-      inputs = jnp.concatenate([cls, inputs], axis=1)
-      mask = jnp.concatenate([jnp.ones_like(cls, bool), mask], axis=1)
-    z = self.encoder.apply({"params": encoder_params}, inputs, mask, train=train,
-                           rngs={"dropout": rng})
-    return z, mask
-
-  def pool(self, z, mask):
-    return transformer.pool(z, mask, self.pooling)
+    """(z [B, L', D], its real-position mask): the SequenceModel's own encoding."""
+    return self.model.apply({"params": {"encoder": encoder_params}}, inputs, train=train,
+                            rngs={"dropout": rng}, method=SequenceModel.encode)
 
   def _per_token(self, z):
     return z[:, 1:] if self.pooling == "cls" else z
 
   # ---- losses on a (detached) z
-  def loss(self, name: str, z, head_params, views: dict, batch: dict, *, z2=None):
-    """(mean loss, {metric: (numerator, denominator)}) of head `name` on z."""
+  def head_loss(self, name: str, z, mask, head_params, views: dict, batch: dict, *, z2=None):
+    """(mean loss, {metric: (numerator, denominator)}) of head `name` on z (real positions `mask`)."""
     apply = lambda method, *args: self.heads.apply({"params": head_params}, *args, method=method)
     if name in TOKEN_LOSSES or name == "random":
       logits = apply(PretrainHeads.token_logits, name, self._per_token(z))
@@ -278,16 +338,13 @@ class Composite:
         targets, where = views["random_targets"], views["real"]
       else:
         targets, where = views["tokens"], views[name]
-      loss, m = objectives.MaskedTokenPrediction.loss_from_logits(logits, targets, where)
+      loss, m = token_loss(logits, targets, where)
       return loss, {f"{name}_loss": m["loss"], f"{name}_accuracy": m["accuracy"]}
-    mask = views["view1"] != PAD_ID
-    if self.pooling == "cls":
-      mask = jnp.pad(mask, ((0, 0), (1, 0)), constant_values=True)
-    pooled = self.pool(z, mask)
+    pooled = pool(z, mask, self.pooling)
     valid = batch["weights"] > 0
     if name == "contrastive":
       return self._info_nce(apply(PretrainHeads.project, pooled),
-                            apply(PretrainHeads.project, self.pool(z2, mask)), valid)
+                            apply(PretrainHeads.project, pool(z2, mask, self.pooling)), valid)
     if name == PROBE:
       logits = apply(PretrainHeads.probe_logits, pooled).astype(jnp.float32)
       w = batch["label_weights"] * valid
@@ -313,26 +370,106 @@ class Composite:
     return ((ce * w).sum() / jnp.maximum(n, 1.0),
             {"contrastive_loss": ((ce * w).sum(), n), "contrastive_accuracy": (correct, n)})
 
+  # ---- steps
+  def train_grads(self, params, state, batch, rng):
+    """One composite step's gradients (the module docstring): one backward through the encoder
+    with the weighting's z-gradient; each head its λ-weighted parameter gradient, the probe its own.
+    Logged: `loss` = the unweighted sum of the head losses (comparable across weightings),
+    `weighted_loss` = Σ λ_i L_i."""
+    view_rng, drop1, drop2, weight_rng = jax.random.split(rng, 4)
+    views = self.views(view_rng, batch)
+    contrastive = "contrastive" in self.losses
+    # z is computed once; its VJP is the single backward pass through the encoder.
+    z, encoder_vjp, mask = jax.vjp(
+        lambda p: self.encode(p, views["view1"], train=True, rng=drop1), params["encoder"],
+        has_aux=True)
+    z2 = (jax.lax.stop_gradient(self.encode(params["encoder"], views["view2"], train=True,
+                                            rng=drop2)[0]) if contrastive else None)
 
-def build(config, phase: str, task) -> Composite:
-  """The composite objective of phase `phase` for `task` (token inputs [B, L] only)."""
-  p, m = config[phase], config.model
-  if task.input_kind != "tokens" or task.splits["train"]["inputs"].ndim != 2:
-    raise ValueError(f"config.{phase}.objective='composite' needs token sequences [B, L]; "
-                     f"{task.name} has {task.input_kind} inputs of shape "
-                     f"{task.splits['train']['inputs'].shape[1:]}.")
-  c = p.composite
-  encoder = transformer.Encoder(
-      task.vocab.size, task.max_length + (m.pooling == "cls"), m.num_layers, m.d_model,
-      m.num_heads, m.d_ff, m.dropout_rate, m.position, m.activation, jnp.dtype(m.dtype),
-      m.attention, m.attention_block_size, m.get("remat", "none"))
-  heads = PretrainHeads(losses=tuple(c.losses), vocab_size=task.vocab.size,
-                        random_classes=c.random_classes,
-                        projection_dim=c.projection_dim or m.d_model,
-                        num_classes=task.num_classes, probe=c.weighting == "grap")
-  return Composite(encoder=encoder, heads=heads, losses=tuple(c.losses), pooling=m.pooling,
-                   mask_rate=p.mask_rate, bert_mix=p.bert_mix,
-                   first_regular_id=task.vocab.first_regular_id, vocab_size=task.vocab.size,
-                   span_length=float(c.span_length), span_rate=float(c.span_rate),
-                   temperature=float(c.temperature), random_classes=c.random_classes,
-                   random_seed=c.random_seed)
+    def head(name):
+      fn = lambda z_, h: self.head_loss(name, z_, mask, h, views, batch, z2=z2)
+      (loss, metrics), (gz, gh) = jax.value_and_grad(fn, argnums=(0, 1), has_aux=True)(
+          z, params[HEADS])
+      return loss, metrics, gz, gh
+
+    per_loss = [head(name) for name in self.losses]
+    losses = jnp.stack([r[0] for r in per_loss])
+    metrics = {k: v for r in per_loss for k, v in r[1].items()}
+    down_z = has_down = None
+    if self.probe:
+      _, down_metrics, down_z, down_heads = head(PROBE)
+      metrics.update(down_metrics)
+      has_down = down_metrics[f"{PROBE}_loss"][1] > 0
+    state, z_grad, coef, info = self.weighting(
+        state, jnp.stack([r[2] for r in per_loss]), losses, down_z, has_down, weight_rng)
+    (encoder_grads,) = encoder_vjp(z_grad.astype(z.dtype))
+    head_grads = jax.tree.map(lambda *g: sum(c * x for c, x in zip(coef, g)),
+                              *[r[3] for r in per_loss])
+    if self.probe:  # The probe learns from its own loss only; it never reaches the encoder.
+      head_grads = jax.tree.map(jnp.add, head_grads, down_heads)
+    out = self.summarize(metrics)
+    out["loss"] = losses.sum()
+    out["weighted_loss"] = coef @ losses
+    return {"encoder": encoder_grads, HEADS: head_grads}, state, out, info
+
+  def eval_sums(self, params, batch, rng) -> dict:
+    views = self.views(rng, batch)
+    z, mask = self.encode(params["encoder"], views["view1"], train=False, rng=rng)
+    z2 = (self.encode(params["encoder"], views["view2"], train=False, rng=rng)[0]
+          if "contrastive" in self.losses else None)
+    metrics = {}
+    for name in self.losses + ((PROBE,) if self.probe else ()):
+      metrics.update(self.head_loss(name, z, mask, params[HEADS], views, batch, z2=z2)[1])
+    return metrics
+
+  def summarize(self, sums: dict) -> dict:
+    return ratio(sums)
+
+  # ---- the weights' trajectory: metrics.jsonl rows of split 'weights' and weights.png
+  def reporter(self, phase_cfg, steps: int, writer):
+    return WeightsReporter(self.losses, self.log_weights_every, steps, writer)
+
+  def finish(self, phase: str, phase_dir: str, hooks) -> dict:
+    rows = read_weight_rows(phase_dir)
+    figure = getattr(hooks, "weights_figure", None)
+    if jax.process_index() == 0 and rows and figure is not None:
+      figure(rows, self.losses, os.path.join(phase_dir, "weights.png"),
+             f"{phase}: {self.weighting.method} weights")
+    return {"losses": list(self.losses), "weighting": self.weighting.method,
+            "final_weights": {n: rows[-1][n] for n in self.losses} if rows else None}
+
+
+def weight_row(losses, info) -> dict[str, float]:
+  """One metrics.jsonl row of split 'weights': `<loss>` = reported weight, `<key>_<loss>` others."""
+  row = {}
+  for key, vector in info.items():
+    for name, value in zip(losses, np.asarray(vector).reshape(-1)):
+      row[name if key == "weight" else f"{key}_{name}"] = float(value)
+  return row
+
+
+def read_weight_rows(phase_dir: str) -> list[dict]:
+  path = os.path.join(phase_dir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == "weights"]
+
+
+class WeightsReporter:
+  """Keeps every `log_every`-th step's weighting info and writes it as 'weights' rows at each log."""
+
+  def __init__(self, losses, log_every: int, steps: int, writer):
+    self.losses, self.log_every, self.steps, self.writer = losses, log_every, steps, writer
+    self.pending = []
+
+  def after_step(self, step: int, info) -> None:
+    if step % self.log_every == 0 or step == self.steps:
+      self.pending.append((step, info))
+
+  def on_log(self, step: int):
+    rows = [(s, weight_row(self.losses, jax.device_get(i))) for s, i in self.pending]
+    self.pending.clear()
+    for s, row in rows:
+      self.writer.write(s, "weights", row)
+    return {"w": "/".join(f"{rows[-1][1][n]:.2f}" for n in self.losses)} if rows else None

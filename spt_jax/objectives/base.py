@@ -1,0 +1,112 @@
+"""What an objective is: the contract between an objective and the trainer (spt_jax/train.py).
+
+Metrics are tuples of sums (by default (numerator, denominator)) so that evaluation can sum them over
+batches and finish once with `summarize`: that counts every example (or masked position) exactly once
+however the data is batched, padded or sharded.
+Batches are dicts with `inputs` [B, L] int (pairs [B, 2, L]), `labels` [B] int and `weights` [B]
+float (0 for padding examples that only fill the last evaluation batch), plus whatever `splits` adds.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+
+def ratio(metrics: dict) -> dict:
+  """{name: (numerator, denominator)} → {name: numerator / denominator} (jnp or numpy)."""
+  return {k: n / jnp.maximum(d, 1e-12) for k, (n, d) in metrics.items()}
+
+
+def count_before_forward(count, inputs):
+  """(count, inputs) with `count` computed before anything that reads the returned `inputs`.
+
+  Under data parallelism a count over the global batch (the loss's denominator) is an all-reduce, a
+  rendezvous of all devices. Tying the forward pass to it makes every device meet there at the start
+  of the step, instead of one device's thread blocking in it mid-step on backends that run it as soon
+  as its operands are ready (XLA:CPU's per-core devices; benchmarks/README.md, "count before
+  forward"). Elsewhere the barrier changes no value and no schedule worth measuring.
+  """
+  return jax.lax.optimization_barrier((count, inputs))
+
+
+def example_weights(batch, like):
+  """[B] example weights broadcast against per-position arrays [B, ...]."""
+  w = batch["weights"]
+  return w.reshape(w.shape + (1,) * (like.ndim - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """One phase's objective. Subclasses set `name` (the config value), build themselves in
+  `from_config`, and implement `loss`; the rest has defaults that fit a single-loss objective.
+
+  model            the SequenceModel (spt_jax/models/transformer.py) whose parameters it trains
+  selection_metric the validation metric (of `summarize`'s) whose highest value picks the best
+                   checkpoint
+  state_key        None, or the key of the objective's own state (e.g. loss weights) in the
+                   optimiser state {'model': <optax state>, state_key: <state>}: checkpointed and
+                   resumed with it
+  """
+  name: ClassVar[str] = ""
+  state_key: ClassVar[str | None] = None
+  model: Any
+  selection_metric: str = "accuracy"
+
+  # ---- config
+  @staticmethod
+  def validate(phase_config, phase: str) -> None:
+    """Checks this objective's own fields of `config.<phase>`; messages name the key."""
+
+  @classmethod
+  def from_config(cls, config, phase: str, task, model_config) -> "Objective":
+    raise NotImplementedError
+
+  # ---- data and parameters
+  def splits(self, task) -> dict:
+    """The arrays the phase reads, per split (default: the task's)."""
+    return task.splits
+
+  def init_params(self, rng, example_inputs):
+    """Fresh parameters; `example_inputs` [1, ...] has the data's shape and dtype."""
+    return self.model.init(rng, example_inputs)["params"]
+
+  def init_state(self):
+    return None
+
+  @property
+  def attention_model(self):
+    """The model whose attention maps can be read with this objective's parameters (None: none)."""
+    return self.model
+
+  # ---- steps (pure; traced under jit)
+  def loss(self, params, batch, rng, *, train: bool):
+    """(scalar loss, {metric: sums})."""
+    raise NotImplementedError
+
+  def train_grads(self, params, state, batch, rng):
+    """(gradients like params, new objective state, {metric: value} for the logs, per-step info or
+    None). `rng` is already this step's."""
+    (loss, sums), grads = jax.value_and_grad(
+        lambda p: self.loss(p, batch, rng, train=True), has_aux=True)(params)
+    out = self.summarize(sums)
+    out["loss"] = loss
+    return grads, state, out, None
+
+  def eval_sums(self, params, batch, rng) -> dict:
+    return self.loss(params, batch, rng, train=False)[1]
+
+  def summarize(self, sums: dict) -> dict:
+    return ratio(sums)
+
+  # ---- what a phase writes beyond the common files
+  def reporter(self, phase_cfg, steps: int, writer):
+    """None, or an object with `after_step(step, info)` (each step's `train_grads` info) and
+    `on_log(step) -> progress-bar fields or None` (at each log)."""
+    return None
+
+  def finish(self, phase: str, phase_dir: str, hooks) -> dict:
+    """Extra entries of results.json; may draw figures with the caller's analysis `hooks`."""
+    return {}
