@@ -1,11 +1,13 @@
-r"""Attention analysis of a checkpoint: heatmaps, position-code interaction and proximity metrics.
+r"""Attention analysis of a checkpoint: heatmaps, position figures and proximity metrics.
 
   python -m spt_jax.analysis --run=runs/synthetic_spt/finetune --out=runs/analysis/spt
   python -m spt_jax.analysis --run=runs/synthetic_scratch/finetune --checkpoint=init --out=...
 
-Writes `attention_layer<l>.png` (mean map per head over the examples), `position_layer<l>.png`
-((P W_Q)(P W_K)ᵀ/√d per head) and `metrics.json` (per layer and head: mean distance, band mass,
-diagonality; the run, checkpoint and split they came from).
+Writes `attention_layer<l>.png` (mean map per head over the examples), the figures of the model's
+position encoding (`attention.position_figures`, one PNG per layer, e.g. `position_layer<l>.png`
+with (P W_Q)(P W_K)ᵀ/√d per head for additive codes) and `metrics.json` (per layer and head: mean
+distance, band mass, diagonality; per layer under "position" the numbers the position figure shows;
+the run, checkpoint and split they came from).
 """
 from __future__ import annotations
 
@@ -58,11 +60,9 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
                    f"{phase} ({checkpoint}) layer {layer}: attention averaged over "
                    f"{len(tokens)} {split} examples",
                    labels=[f"head {h}: diag {s['diagonality']:.2f}" for h, s in enumerate(per_head)])
-    if config.model.position == "sinusoidal":
-      interaction = attention.position_interaction(params, layer, real_length)
-      plots.heatmaps(interaction, os.path.join(out, f"position_layer{layer}.png"),
-                     f"{phase} ({checkpoint}) layer {layer}: (P W_Q)(P W_K)^T / sqrt(d)",
-                     symmetric=True)
+  figures = attention.position_figures(model, params, tokens, mask, out, f"{phase} ({checkpoint})")
+  for entry, numbers in zip(result["layers"], figures):
+    entry["position"] = numbers
   with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump(result, f, indent=2)
   return result

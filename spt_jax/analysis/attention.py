@@ -1,10 +1,13 @@
-"""Attention maps from any checkpoint, proximity metrics, and the position-code interaction; and
-`tracker`, the trainer's hook that logs the metrics during training.
+"""Attention maps from any checkpoint, proximity metrics, and the figures of the model's position
+encoding (`position_figures`); and `tracker`, the trainer's hook that logs the metrics during
+training.
 
 Maps come from the 'intermediates' collection the attention layers `sow` into: the forward pass is the
 same computation as in training (nothing is re-implemented), so the numerics are the model's own.
 """
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -65,8 +68,9 @@ def proximity_metrics(weights, mask=None, band: int = 1) -> dict[str, jax.Array]
           "diagonality": 1.0 - mean_distance / jnp.maximum(uniform, 1e-9)}
 
 
-def position_interaction(params, layer: int, length: int) -> np.ndarray:
-  """(P W_Q)(P W_K)ᵀ / √d_head per head, [H, L, L], for the sinusoidal codes P (as in the paper).
+def position_interaction(params, layer: int, codes: np.ndarray) -> np.ndarray:
+  """(P W_Q)(P W_K)ᵀ / √d_head per head, [H, L, L], for additive position codes P [L, D] (as in the
+  paper).
 
   It shows what the query-key weights make of absolute positions alone: a band around the diagonal
   means they have turned absolute codes into a relative (proximity) preference.
@@ -74,10 +78,72 @@ def position_interaction(params, layer: int, length: int) -> np.ndarray:
   attention = params["encoder"][f"layer_{layer}"]["attention"]
   wq = np.asarray(attention["query"]["kernel"])   # [D, H, Dh]
   wk = np.asarray(attention["key"]["kernel"])
-  pe = sinusoidal_encoding(length, wq.shape[0])
-  q = np.einsum("ld,dhk->hlk", pe, wq)
-  k = np.einsum("ld,dhk->hlk", pe, wk)
+  q = np.einsum("ld,dhk->hlk", codes, wq)
+  k = np.einsum("ld,dhk->hlk", codes, wk)
   return np.einsum("hqk,hlk->hql", q, k) / np.sqrt(wq.shape[-1])
+
+
+def position_codes(model, params, length: int) -> np.ndarray:
+  """The additive codes [length, D] the encoder adds at the data's first `length` positions (after
+  the model's CLS token, whose position the maps drop too)."""
+  cfg = model.cfg
+  start = int(cfg.pooling == "cls")
+  if cfg.position == "sinusoidal":
+    table = sinusoidal_encoding(cfg.encoder_length, cfg.d_model)
+  elif cfg.position == "learned":
+    table = np.asarray(params["encoder"]["position_embedding"])
+  else:
+    raise ValueError(f"model.position={cfg.position!r} has no additive position codes.")
+  return table[start:start + length]
+
+
+def mean_by_offset(values: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(offsets i − j, [H, offsets] means of `values` [..., H, L, L] over the (query i, key j) pairs
+  where `pairs` [..., L, L] is True); offsets no pair has are NaN."""
+  length = values.shape[-1]
+  i = np.arange(length)
+  offset = np.broadcast_to(i[:, None] - i[None, :] + length - 1, pairs.shape)[pairs]
+  counts = np.bincount(offset, minlength=2 * length - 1)
+  heads = np.moveaxis(values, -3, 0)  # [H, ..., L, L]
+  sums = np.stack([np.bincount(offset, weights=h[pairs], minlength=2 * length - 1) for h in heads])
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.arange(1 - length, length), sums / counts
+
+
+def _json_floats(values) -> list:
+  """floats for metrics.json, NaN (no data) as null: json.dump would write a non-JSON NaN."""
+  return [None if np.isnan(v) else float(v) for v in np.asarray(values, np.float64)]
+
+
+def _interaction_figures(model, params, mask, out: str, title: str) -> list[dict]:
+  from spt_jax.analysis import plots  # Here, not at the top: training imports this module.
+  length = int(mask.sum(1).max())
+  codes = position_codes(model, params, length)
+  layers = []
+  for layer in range(model.cfg.num_layers):
+    interaction = position_interaction(params, layer, codes)
+    name = f"position_layer{layer}.png"
+    plots.heatmaps(interaction, os.path.join(out, name),
+                   f"{title} layer {layer}: (P W_Q)(P W_K)^T / sqrt(d), {model.cfg.position} P",
+                   symmetric=True)
+    offsets, means = mean_by_offset(interaction, np.ones((length, length), bool))
+    layers.append({"figure": name, "kind": "code_interaction", "offsets": offsets.tolist(),
+                   "heads": [{"mean_interaction": _json_floats(m)} for m in means]})
+  return layers
+
+
+def position_figures(model, params, tokens, mask, out: str, title: str) -> list[dict]:
+  """Draws the figures of `model`'s position encoding into `out`, one PNG per layer, for `tokens`
+  (mask [B, L], True = real), and returns per layer the numbers they show (for metrics.json); []
+  for position='none'.
+
+  sinusoidal, learned: `position_layer<l>.png`, `position_interaction` per head for the model's own
+    codes (the trained table for learned), and its mean per offset i − j.
+  """
+  del tokens  # The additive codes' figures depend on the parameters alone.
+  if model.cfg.position in ("sinusoidal", "learned"):
+    return _interaction_figures(model, params, np.asarray(mask), out, title)
+  return []
 
 
 def tracker(name: str, cfg, model, task, writer, steps: int, replicated):
