@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
+from conftest import load_config, tiny
+from test_attention import TOL, _grads, _inputs
 
+from spt_jax import experiment, tree
 from spt_jax.analysis import attention as analysis
-from spt_jax.models import transformer
+from spt_jax.analysis.__main__ import analyse
+from spt_jax.models import attention, transformer
 
 
 def _model_and_tokens(position: str, pooling: str = "mean", **fields):
@@ -39,3 +46,205 @@ def test_interaction_figure_uses_the_learned_table_at_the_data_positions(pooling
 def test_no_position_figures_without_positions(tmp_path):
   model, params, tokens = _model_and_tokens("none")
   assert analysis.position_figures(model, params, tokens, tokens != 0, str(tmp_path), "t") == []
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+
+def test_alibi_slopes_are_press_et_al_s():
+  assert attention.alibi_slopes(8) == tuple(2.0 ** -e for e in range(1, 9))
+  assert attention.alibi_slopes(2) == (2.0 ** -4, 2.0 ** -8)
+  # Not a power of 2: the 4-head slopes, then every other one of the 8-head slopes.
+  assert attention.alibi_slopes(6) == (2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3)
+
+
+def test_rope_scores_depend_only_on_the_offset():
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((2, 2, 8), np.float32)  # one query and one key vector per head
+
+  def score(i, j, length=24):
+    q = np.zeros((1, length, 2, 8), np.float32)
+    k = np.zeros((1, length, 2, 8), np.float32)
+    q[0, i], k[0, j] = a, b
+    rq, rk = attention.rotary(q), attention.rotary(k)
+    return np.einsum("hd,hd->h", rq[0, i], rk[0, j])
+
+  base = score(3, 7)
+  for shift in (1, 5, 16):
+    np.testing.assert_allclose(score(3 + shift, 7 + shift), base, rtol=1e-5, atol=1e-5)
+  assert np.abs(score(3, 8) - base).max() > 1e-2
+  np.testing.assert_allclose(score(5, 5), np.einsum("hd,hd->h", a, b), rtol=1e-5)  # offset 0: q·k
+
+
+def test_dense_alibi_is_softmax_of_scores_plus_bias():
+  q, k, v, _, mask = _inputs(11, heads=4)
+  slopes = np.array(attention.alibi_slopes(4))
+  i = np.arange(11)
+  scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(8) - slopes[:, None, None] * np.abs(
+      i[:, None] - i[None, :])
+  scores = np.where(mask[:, None, None, :], scores, np.finfo(np.float32).min)
+  weights = np.exp(scores - scores.max(-1, keepdims=True))
+  weights /= weights.sum(-1, keepdims=True)
+  out, got = attention.dense_attention(q, k, v, mask, modifier=attention.ScoreModifier(
+      alibi=tuple(slopes)))
+  np.testing.assert_allclose(got, weights, **TOL)
+  np.testing.assert_allclose(out, np.einsum("bhqk,bkhd->bqhd", weights, v), **TOL)
+  np.testing.assert_allclose(got[3], 1 / 11, rtol=1e-6)  # the all-padding row stays uniform
+  assert (np.asarray(got)[:, :, :, ~mask[2]][2] == 0).all()  # a padded key never gets weight
+
+
+def _position_fn(position: str, heads: int, implementation: str, block: int, mask):
+  """Attention as MultiHeadAttention runs it for `position`: q, k rotated, or the ALiBi rule."""
+  modifier = attention.ScoreModifier(alibi=attention.alibi_slopes(heads) if position == "alibi"
+                                     else ())
+  turn = attention.rotary if position == "rope" else (lambda x: x)
+
+  def fn(q, k, v):
+    return attention.attend(turn(q), turn(k), v, mask, implementation=implementation,
+                            block_size=block, modifier=modifier)[0]
+  return fn, modifier, turn
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("implementation,block", [("blockwise", 8), ("blockwise", 64), ("local", 32)],
+                         ids=["blockwise_not_dividing", "blockwise_larger_than_L", "local_whole"])
+def test_memory_efficient_implementations_match_dense(position, implementation, block):
+  q, k, v, cot, mask = _inputs(37, heads=4)
+  fast, _, _ = _position_fn(position, 4, implementation, block, mask)
+  dense, _, _ = _position_fn(position, 4, "dense", block, mask)
+  out_f, grads_f = _grads(fast, q, k, v, cot)
+  out_d, grads_d = _grads(dense, q, k, v, cot)
+  np.testing.assert_allclose(out_f, out_d, **TOL)  # every row kind, all-padding included
+  for name, g_f, g_d in zip("qkv", grads_f, grads_d):
+    np.testing.assert_allclose(g_f, g_d, **TOL, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_local_windows_match_banded_dense(position):
+  length, block = 37, 8
+  q, k, v, cot, mask = _inputs(length, heads=4, seed=1)
+  local, modifier, turn = _position_fn(position, 4, "local", block, mask)
+  blocks = np.arange(length) // block
+  allowed = (np.abs(blocks[:, None] - blocks[None, :]) <= 1)[None] & mask[:, None, :]
+
+  def banded_dense(q, k, v):
+    scores = attention.dense_scores(turn(q), turn(k), mask, modifier)
+    scores = jnp.where(allowed[:, None], scores, jnp.finfo(jnp.float32).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+  # Rows that see no real key in their window are defined differently (test_attention.py).
+  sees_a_key = allowed.any(-1)
+  out_l, grads_l = _grads(local, q, k, v, cot, sees_a_key)
+  out_d, grads_d = _grads(banded_dense, q, k, v, cot, sees_a_key)
+  np.testing.assert_allclose(np.asarray(out_l)[sees_a_key], np.asarray(out_d)[sees_a_key], **TOL)
+  for name, g_l, g_d in zip("qkv", grads_l, grads_d):
+    np.testing.assert_allclose(g_l, g_d, **TOL, err_msg=f"d{name}")
+
+
+def _train_temp_bytes(implementation: str, length: int, modifier) -> int:
+  x = jax.ShapeDtypeStruct((1, length, 2, 16), jnp.float32)
+  mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
+  loss = lambda q, k, v, m: attention.attend(q, k, v, m, implementation=implementation,
+                                             block_size=128, modifier=modifier)[0].sum()
+  step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+  return step.lower(x, x, x, mask).compile().memory_analysis().temp_size_in_bytes
+
+
+@pytest.mark.parametrize("implementation", ["blockwise", "local"])
+def test_alibi_keeps_memory_linear_in_length(implementation):
+  alibi = attention.ScoreModifier(alibi=attention.alibi_slopes(2))
+  assert _train_temp_bytes(implementation, 2048, alibi) / _train_temp_bytes(
+      implementation, 512, alibi) < 5  # an L×L bias would make it ~16
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_appending_padding_changes_nothing_at_real_positions(position, pooling):
+  model, params, tokens = _model_and_tokens(position, pooling, max_length=16)
+  padded = np.concatenate([tokens, np.zeros((3, 6), tokens.dtype)], axis=1)
+  run = jax.jit(model.apply)
+  np.testing.assert_allclose(run({"params": params}, tokens), run({"params": params}, padded),
+                             rtol=1e-5, atol=1e-5)
+  mlm = model.clone(head="mlm")
+  mlm_params = jax.jit(mlm.init)(jax.random.PRNGKey(1), tokens)["params"]
+  real = tokens != 0
+  a = jax.jit(mlm.apply)({"params": mlm_params}, tokens)
+  b = jax.jit(mlm.apply)({"params": mlm_params}, padded)[:, :10]
+  np.testing.assert_allclose(np.asarray(a)[real], np.asarray(b)[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_no_new_parameters_and_the_positions_matter(position):
+  model, params, tokens = _model_and_tokens(position)
+  none, none_params, _ = _model_and_tokens("none")
+  assert tree.flatten(params).keys() == tree.flatten(none_params).keys()
+  # The same parameters give other outputs than without positions: they are in effect.
+  assert np.abs(model.apply({"params": params}, tokens)
+                - none.apply({"params": params}, tokens)).max() > 1e-4
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_sequence_model_blockwise_matches_dense(position):
+  model, params, tokens = _model_and_tokens(position, "cls", max_length=21, num_layers=1)
+  tokens = np.random.default_rng(2).integers(3, 12, (3, 21))
+  tokens[1, 15:] = 0
+  logits = lambda impl: jax.jit(model.with_options(attention=impl, attention_block_size=8).apply)(
+      {"params": params}, tokens)
+  np.testing.assert_allclose(logits("blockwise"), logits("dense"), **TOL)
+
+
+def test_validation_accepts_the_new_positions_and_names_the_key_for_an_odd_head_dimension():
+  section = ml_collections.ConfigDict(transformer.section_defaults())
+  for position in ("rope", "alibi"):
+    section.position = position
+    transformer.validate_section(section)
+  section.update(position="rope", d_model=12, num_heads=4)
+  with pytest.raises(ValueError, match=r"config.model.position='rope'.*config.model.d_model / "
+                                       r"config.model.num_heads = 3 must be even"):
+    transformer.validate_section(section)
+  section.position = "alibi"  # any head count: non-powers of 2 have their own slopes
+  transformer.validate_section(section)
+
+
+# ------------------------------------------------------------------------------------------ analysis
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_relative_bias_figure_and_numbers(position, tmp_path):
+  model, params, tokens = _model_and_tokens(position)
+  layers = analysis.position_figures(model, params, tokens, tokens != 0, str(tmp_path), "t")
+  assert [entry["figure"] for entry in layers] == [f"relative_bias_layer{i}.png" for i in (0, 1)]
+  assert all((tmp_path / entry["figure"]).stat().st_size > 0 for entry in layers)
+  assert layers[0]["offsets"] == list(range(-9, 10))
+  head = layers[0]["heads"][1]
+  assert len(head["mean_logit"]) == 19 and all(np.isfinite(head["mean_logit"]))
+  if position == "alibi":
+    slope = attention.alibi_slopes(2)[1]
+    assert head["alibi_slope"] == slope
+    np.testing.assert_allclose(head["alibi_bias"], -slope * np.abs(np.arange(-9, 10)), rtol=1e-6)
+  json.dumps(layers, allow_nan=False)
+
+
+def test_relative_bias_of_alibi_without_content_is_its_explicit_bias():
+  """With W_K = 0 every q·k is 0, so the mean logit per offset is exactly ALiBi's bias."""
+  model, params, tokens = _model_and_tokens("alibi", num_layers=1)
+  params = jax.tree_util.tree_map(lambda x: x, params)
+  params["encoder"]["layer_0"]["attention"]["key"]["kernel"] *= 0
+  head = analysis.relative_bias(model, params, tokens, tokens != 0)[0]["heads"][0]
+  np.testing.assert_allclose(head["mean_logit"], head["alibi_bias"], atol=1e-6)
+
+
+def test_cli_writes_the_relative_bias_figure_of_a_tiny_alibi_run(tmp_path, cache_dir):
+  config = tiny(load_config("listops_scratch"), cache_dir, steps=2)
+  config.model.position = "alibi"
+  experiment.run(config, str(tmp_path / "run"))
+  out = tmp_path / "analysis"
+  result = analyse(str(tmp_path / "run" / "finetune"), "best", str(out), "val", 4, 1)
+  assert {"attention_layer0.png", "relative_bias_layer0.png", "metrics.json"} <= set(os.listdir(out))
+  saved = json.load(open(out / "metrics.json"))
+  assert saved["layers"][0]["position"] == result["layers"][0]["position"]
+  assert saved["layers"][0]["position"]["kind"] == "relative_bias"
+  assert len(saved["layers"][0]["position"]["heads"]) == 2

@@ -15,7 +15,8 @@ import numpy as np
 from absl import logging
 
 from spt_jax.data import pipeline
-from spt_jax.models.transformer import sinusoidal_encoding
+from spt_jax.models import attention as attention_lib
+from spt_jax.models.transformer import RELATIVE_POSITIONS, sinusoidal_encoding
 
 
 # Implementations that compute exactly dense attention without keeping the weights: their maps are
@@ -23,20 +24,32 @@ from spt_jax.models.transformer import sinusoidal_encoding
 EXACT = ("auto", "blockwise", "cudnn")
 
 
-def attention_maps(model, params, tokens) -> list[jax.Array]:
-  """Per layer, [B, H, L, L] attention weights (rows: queries) for `tokens` [B, L]."""
+def _sown_by_layer(model, params, tokens, collection: str, name: str) -> list[jax.Array]:
+  """Per layer, the [B, H, L, L] array the attention layers sow as `collection`/`name`, from dense
+  attention with the model's parameters, its CLS row and column dropped."""
   if model.cfg.attention in EXACT:
     model = model.with_options(attention="dense")
   elif model.cfg.attention != "dense":
     raise ValueError(f"attention maps need exact attention; model.attention={model.cfg.attention!r} "
                      f"is a different model (maps would not be the ones it computes).")
-  _, state = model.apply({"params": params}, tokens, train=False, mutable=["intermediates"])
-  encoder = state["intermediates"]["encoder"]
+  _, state = model.apply({"params": params}, tokens, train=False, mutable=[collection])
+  encoder = state[collection]["encoder"]
   layers = sorted((k for k in encoder if k.startswith("layer_")), key=lambda k: int(k.split("_")[1]))
-  maps = [encoder[k]["attention"]["attention_weights"][0] for k in layers]
+  maps = [encoder[k]["attention"][name][0] for k in layers]
   if model.cfg.pooling == "cls":  # Drop the model's own CLS row and column: maps align with the data.
     maps = [m[..., 1:, 1:] for m in maps]
   return maps
+
+
+def attention_maps(model, params, tokens) -> list[jax.Array]:
+  """Per layer, [B, H, L, L] attention weights (rows: queries) for `tokens` [B, L]."""
+  return _sown_by_layer(model, params, tokens, "intermediates", "attention_weights")
+
+
+def attention_logits(model, params, tokens) -> list[jax.Array]:
+  """Per layer, [B, H, L, L] float32 scores that the softmax turns into `attention_maps`: q kᵀ/√d of
+  the rotated q and k (rope), with the ALiBi bias (alibi); padded keys at finfo.min."""
+  return _sown_by_layer(model, params, tokens, "attention_logits", "logits")
 
 
 def proximity_metrics(weights, mask=None, band: int = 1) -> dict[str, jax.Array]:
@@ -132,6 +145,67 @@ def _interaction_figures(model, params, mask, out: str, title: str) -> list[dict
   return layers
 
 
+def relative_bias(model, params, tokens, mask) -> list[dict]:
+  """Per layer, the effective relative bias of rope or alibi attention: each head's mean attention
+  logit over the real (query i, key j) pairs of `tokens` (mask [B, L]) with the same offset i − j;
+  for alibi also its explicit bias −m_h·|i − j| at those offsets, from the model's own rule.
+
+  Logits, not log weights: the weights of distant keys underflow to 0 under a steep ALiBi slope.
+  """
+  mask = np.asarray(mask, bool)
+  length = int(mask.sum(1).max())
+  real = mask[:, :length]
+  pairs = real[:, :, None] & real[:, None, :]
+  modifier = attention_lib.score_modifier(model.cfg)
+  layers = []
+  for logits in attention_logits(model, params, tokens):
+    offsets, means = mean_by_offset(np.asarray(logits)[..., :length, :length], pairs)
+    heads = [{"mean_logit": m} for m in means]
+    if modifier.alibi:
+      explicit = np.asarray(modifier.bias(offsets, np.zeros(1, np.int32)))[..., 0]  # [H, offsets]
+      for head, slope, bias in zip(heads, modifier.alibi, explicit):
+        head.update(alibi_slope=slope, alibi_bias=bias)
+    layers.append({"offsets": offsets, "heads": heads})
+  return layers
+
+
+def _offset_panels(offsets, heads: list[dict], path: str, title: str) -> None:
+  """One panel per head: the mean logit against i − j, and ALiBi's explicit bias where there is one."""
+  from spt_jax.analysis import plots  # Here, not at the top: training imports this module.
+  fig, axes = plots.plt.subplots(1, len(heads), figsize=(3.6 * len(heads), 3.2), squeeze=False)
+  for h, (ax, head) in enumerate(zip(axes[0], heads)):
+    ax.plot(offsets, head["mean_logit"], color="tab:blue", label="mean logit")
+    if "alibi_bias" in head:
+      ax.plot(offsets, head["alibi_bias"], color="tab:red", linestyle="--",
+              label="ALiBi bias −m|i−j|")
+      ax.set_title(f"head {h}: m = {head['alibi_slope']:.3g}", fontsize=9)
+    else:
+      ax.set_title(f"head {h}", fontsize=9)
+    ax.axvline(0, color="grey", linewidth=0.6)
+    ax.set_xlabel("offset i − j (query − key position)", fontsize=8)
+    ax.set_ylabel("attention logit", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plots.plt.close(fig)
+
+
+def _relative_bias_figures(model, params, tokens, mask, out: str, title: str) -> list[dict]:
+  layers = []
+  for layer, numbers in enumerate(relative_bias(model, params, tokens, mask)):
+    name = f"relative_bias_layer{layer}.png"
+    _offset_panels(numbers["offsets"], numbers["heads"], os.path.join(out, name),
+                   f"{title} layer {layer}: {model.cfg.position}, mean attention logit by offset "
+                   f"over {len(tokens)} examples")
+    heads = [{k: _json_floats(v) if k in ("mean_logit", "alibi_bias") else float(v)
+              for k, v in head.items()} for head in numbers["heads"]]
+    layers.append({"figure": name, "kind": "relative_bias",
+                   "offsets": numbers["offsets"].tolist(), "heads": heads})
+  return layers
+
+
 def position_figures(model, params, tokens, mask, out: str, title: str) -> list[dict]:
   """Draws the figures of `model`'s position encoding into `out`, one PNG per layer, for `tokens`
   (mask [B, L], True = real), and returns per layer the numbers they show (for metrics.json); []
@@ -139,10 +213,13 @@ def position_figures(model, params, tokens, mask, out: str, title: str) -> list[
 
   sinusoidal, learned: `position_layer<l>.png`, `position_interaction` per head for the model's own
     codes (the trained table for learned), and its mean per offset i − j.
+  rope, alibi: `relative_bias_layer<l>.png`, `relative_bias` per head (the mean logit per offset
+    i − j; for alibi with its explicit bias).
   """
-  del tokens  # The additive codes' figures depend on the parameters alone.
   if model.cfg.position in ("sinusoidal", "learned"):
     return _interaction_figures(model, params, np.asarray(mask), out, title)
+  if model.cfg.position in RELATIVE_POSITIONS:
+    return _relative_bias_figures(model, params, tokens, mask, out, title)
   return []
 
 

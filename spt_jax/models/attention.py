@@ -16,9 +16,14 @@ The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signatu
              without the platform's choice runs dense. The same function either way, so checkpoints
              and results do not depend on which one ran.
 Only `dense` supports dropout on the attention weights and returns the weights.
+
+Relative positions (`model.position`): 'rope' rotates q and k by their positions (`rotary`) before any
+implementation sees them; 'alibi' is a rule on scores, `ScoreModifier`, which every implementation
+applies to each tile it computes from the tile's query and key positions.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -32,17 +37,97 @@ import numpy as np
 # would then produce NaN instead of a harmless uniform row.
 _MASKED = float(np.finfo(np.float32).min)
 
+ROPE_BASE = 10000.0
 
-def dense_attention(q, k, v, key_mask, *, dropout_fn=None):
+
+# ------------------------------------------------------------------------------------------ positions
+
+
+def rotary(x: jax.Array) -> jax.Array:
+  """RoPE (Su et al.): x [B, L, H, D] with channel pair (c, c + D/2) at position p turned by the angle
+  p·ROPE_BASE^(−2c/D), so that a rotated query and key score by their content and i − j only.
+
+  Pairs are the two halves (GPT-NeoX's layout), not the paper's adjacent channels: the same family up
+  to a fixed permutation of the learned projections' channels, without an interleaving reshape.
+  Angles in float64 and the rotation in float32 whatever the compute dtype: a bfloat16 angle is off
+  by whole radians from position ~500 on.
+  """
+  length, dim = x.shape[1], x.shape[-1]
+  angle = np.arange(length)[:, None] * ROPE_BASE ** (-np.arange(0, dim, 2) / dim)
+  cos = np.cos(angle)[:, None].astype(np.float32)  # [L, 1, D/2], broadcast over heads
+  sin = np.sin(angle)[:, None].astype(np.float32)
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def alibi_slopes(num_heads: int) -> tuple[float, ...]:
+  """Press et al.'s head slopes: 2^(−8(h+1)/H) for H a power of 2; otherwise those of the largest
+  power of 2 below H followed by every other slope of the next one (their reference code's rule)."""
+  geometric = lambda n: [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+  below = 2 ** int(np.log2(num_heads))
+  return tuple(geometric(below) + geometric(2 * below)[0::2][:num_heads - below])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreModifier:
+  """What query and key positions do to float32 scores, the same rule in every implementation.
+
+  Each implementation hands every score tile it computes (dense: one L×L tile; blockwise: each
+  block pair; local: each window) to `apply` with the absolute positions of the tile's queries and
+  keys, so a rule is written once, as a function of positions, and blockwise and local never build it
+  as an L×L array. Frozen, hence hashable: blockwise's custom VJP takes it as a static argument.
+
+  alibi: per-head slopes m_h (`alibi_slopes`); query i's score for key j gets −m_h·|i − j| (Press et
+    al.'s bidirectional form). () for none.
+  """
+  alibi: tuple[float, ...] = ()
+
+  def bias(self, q_pos, k_pos) -> jax.Array:
+    """The additive part, [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck]; a
+    constant of the positions, so no gradient flows through it."""
+    # jnp before the outer difference: with numpy positions it would become an L×L program constant.
+    q_pos, k_pos = jnp.asarray(q_pos, jnp.int32), jnp.asarray(k_pos, jnp.int32)
+    distance = jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]).astype(jnp.float32)
+    return -jnp.asarray(self.alibi, jnp.float32)[:, None, None] * distance[..., None, :, :]
+
+  def apply(self, scores, q_pos, k_pos, key_mask, fill):
+    """scores [..., H, cq, ck] with the rule applied, then keys where `key_mask` is False at `fill`.
+
+    The bias goes before the padding `where`, so a padded key scores exactly `fill` as without
+    positions (all-padding rows stay uniform). key_mask and fill broadcast against scores.
+    """
+    if self.alibi:
+      scores = scores + self.bias(q_pos, k_pos)
+    return jnp.where(key_mask, scores, fill)
+
+
+NO_MODIFIER = ScoreModifier()
+
+
+def score_modifier(cfg) -> ScoreModifier:
+  """The rule a ModelConfig's `position` puts on scores."""
+  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.position == "alibi" else ())
+
+
+# ------------------------------------------------------------------------------------------ dense
+
+
+def dense_scores(q, k, key_mask, modifier: ScoreModifier = NO_MODIFIER) -> jax.Array:
+  """float32 [B, H, Lq, Lk]: the scores dense attention softmaxes (q kᵀ/√d, the position rule, padded
+  keys at `_MASKED`); also what the attention analysis reads as logits."""
+  scale = q.shape[-1] ** -0.5
+  scores = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k).astype(jnp.float32)
+  position = np.arange(q.shape[1])
+  return modifier.apply(scores, position, position, key_mask[:, None, None, :], _MASKED)
+
+
+def dense_attention(q, k, v, key_mask, *, dropout_fn=None, modifier: ScoreModifier = NO_MODIFIER):
   """softmax(q kᵀ/√d) v with padded keys excluded. q,k,v: [B, L, H, D]; key_mask: [B, L] (True = real).
 
   Returns (output [B, L, H, D], weights [B, H, Lq, Lk]). Scores and softmax are float32 whatever the
   compute dtype, because the softmax is where low precision first breaks long sequences.
   """
-  scale = q.shape[-1] ** -0.5
-  scores = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k).astype(jnp.float32)
-  scores = jnp.where(key_mask[:, None, None, :], scores, _MASKED)
-  weights = jax.nn.softmax(scores, axis=-1)
+  weights = jax.nn.softmax(dense_scores(q, k, key_mask, modifier), axis=-1)
   if dropout_fn is not None:
     weights = dropout_fn(weights)
   out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(v.dtype), v)
@@ -88,14 +173,19 @@ def _fill_values(padded: int, length: int, block: int):
   return jnp.asarray(np.where(exists, _MASKED, -np.inf), jnp.float32)
 
 
-def _block_scores(q, k_t, key_mask, fill):
+def _block_scores(q, k_t, key_mask, fill, q_pos, k_pos, modifier):
   """float32 scores [B, H, cq, ck] of a query tile [B, H, cq, D] against a transposed key tile
-  [B, H, D, ck], masked keys at `fill`."""
+  [B, H, D, ck] at positions q_pos [cq] and k_pos [ck], masked keys at `fill`."""
   s = jnp.einsum("bhqd,bhdk->bhqk", q, k_t, preferred_element_type=jnp.float32)
-  return jnp.where(key_mask[:, None, None, :], s, fill[None, None, None, :])
+  return modifier.apply(s, q_pos, k_pos, key_mask[:, None, None, :], fill[None, None, None, :])
 
 
-def _flash_forward(q, k, v, key_mask, length: int, block: int):
+def _block_positions(padded: int, block: int):
+  """[n, block] absolute positions of each block's rows."""
+  return jnp.arange(padded, dtype=jnp.int32).reshape(padded // block, block)
+
+
+def _flash_forward(q, k, v, key_mask, length: int, block: int, modifier):
   """Online-softmax attention of pre-scaled q.
 
   Returns out [B, Lp, H, D] and each query's running max and log-sum, both [n, B, H, c]. They are kept
@@ -104,14 +194,17 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int):
   """
   batch, padded, heads, dim = q.shape
   n = padded // block
+  positions = _block_positions(padded, block)
   key_side = (_blocks(k, n, transposed=True), _blocks(v, n), _mask_blocks(key_mask, n),
-              _fill_values(padded, length, block))
+              _fill_values(padded, length, block), positions)
 
-  def query_chunk(_, qi):
+  def query_chunk(_, xs):
+    qi, pi = xs
+
     def key_block(carry, xs):
       m, l, acc = carry
-      kj_t, vj, mj, fj = xs
-      s = _block_scores(qi, kj_t, mj, fj)
+      kj_t, vj, mj, fj, pj = xs
+      s = _block_scores(qi, kj_t, mj, fj, pi, pj, modifier)
       m_new = jnp.maximum(m, s.max(-1))
       # m starts at -inf but m_new is finite from the first block on (each block holds at least one
       # existing key), so neither exp below ever sees inf - inf.
@@ -127,22 +220,22 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int):
     (m, l, acc), _ = jax.lax.scan(key_block, init, key_side)
     return None, ((acc / l[..., None]).astype(q.dtype), (m, jnp.log(l)))
 
-  _, (out, stats) = jax.lax.scan(query_chunk, None, _blocks(q, n))
+  _, (out, stats) = jax.lax.scan(query_chunk, None, (_blocks(q, n), positions))
   return _unblocks(out), stats
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _flash(q, k, v, key_mask, length: int, block: int):
-  return _flash_forward(q, k, v, key_mask, length, block)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _flash(q, k, v, key_mask, length: int, block: int, modifier: ScoreModifier):
+  return _flash_forward(q, k, v, key_mask, length, block, modifier)[0]
 
 
-def _flash_fwd(q, k, v, key_mask, length, block):
-  out, stats = _flash_forward(q, k, v, key_mask, length, block)
+def _flash_fwd(q, k, v, key_mask, length, block, modifier):
+  out, stats = _flash_forward(q, k, v, key_mask, length, block, modifier)
   # O(L) residuals only: the backward recomputes each block's probabilities from the softmax stats.
   return out, (q, k, v, key_mask, out, stats)
 
 
-def _flash_bwd(length, block, residuals, d_out):
+def _flash_bwd(length, block, modifier, residuals, d_out):
   """FlashAttention-2's backward: one pass over key blocks, each over all query chunks.
 
   dK and dV are accumulated transposed ([B, H, D, c]): dKᵀ = Qᵀ·dS and dVᵀ = dOᵀ·P then take the
@@ -156,20 +249,23 @@ def _flash_bwd(length, block, residuals, d_out):
   delta = jnp.moveaxis(delta.reshape(batch, heads, n, block), 2, 0)
   f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
   # Made once, outside both loops: built inside the key loop they were re-copied every iteration.
+  positions = _block_positions(padded, block)
   query_side = (_blocks(q, n), _blocks(q, n, transposed=True), _blocks(d_out, n),
-                _blocks(d_out, n, transposed=True), row_max, log_sum, delta)
+                _blocks(d_out, n, transposed=True), row_max, log_sum, delta, positions)
 
   def key_block(dq, xs):
-    kj, kj_t, vj_t, mj, fj = xs
+    kj, kj_t, vj_t, mj, fj, pj = xs
 
     def query_chunk(carry, ys):
       dk_t, dv_t = carry
-      qi, qi_t, doi, doi_t, mi, logli, deltai = ys
-      p = jnp.exp(_block_scores(qi, kj_t, mj, fj) - mi[..., None] - logli[..., None])
+      qi, qi_t, doi, doi_t, mi, logli, deltai, pi = ys
+      s = _block_scores(qi, kj_t, mj, fj, pi, pj, modifier)
+      p = jnp.exp(s - mi[..., None] - logli[..., None])
       dv_t = dv_t + f32("bhdq,bhqk->bhdk", doi_t, p.astype(doi_t.dtype))
       dp = f32("bhqd,bhdk->bhqk", doi, vj_t)
       # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
-      # whose keys are all padding at the zero gradient that dense gives them.
+      # whose keys are all padding at the zero gradient that dense gives them. The position bias
+      # is a constant too: dS is the gradient of the q·k part alone.
       ds = jnp.where(mj[:, None, None, :], p * (dp - deltai[..., None]), 0.0)
       dk_t = dk_t + f32("bhdq,bhqk->bhdk", qi_t, ds.astype(qi_t.dtype))
       return (dk_t, dv_t), f32("bhqk,bhkd->bhqd", ds.astype(kj.dtype), kj)
@@ -182,7 +278,7 @@ def _flash_bwd(length, block, residuals, d_out):
   dq, (dk_t, dv_t) = jax.lax.scan(
       key_block, dq0, (_blocks(k, n), _blocks(k, n, transposed=True),
                        _blocks(v, n, transposed=True), _mask_blocks(key_mask, n),
-                       _fill_values(padded, length, block)))
+                       _fill_values(padded, length, block), positions))
   return (_unblocks(dq).astype(q.dtype), _unblocks(dk_t, transposed=True).astype(k.dtype),
           _unblocks(dv_t, transposed=True).astype(v.dtype), None)
 
@@ -203,8 +299,8 @@ def _no_dropout(implementation: str, dropout_fn) -> None:
 
 
 def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
-                        block_size: int, dropout_fn: Callable | None = None
-                        ) -> tuple[jax.Array, None]:
+                        block_size: int, dropout_fn: Callable | None = None,
+                        modifier: ScoreModifier = NO_MODIFIER) -> tuple[jax.Array, None]:
   """Exact attention (the same outputs and gradients as `dense_attention`) in memory linear in L.
 
   Queries and keys are processed in blocks of `block_size` with a streaming softmax (running max and
@@ -220,7 +316,7 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
   block = min(block_size, length)
   padded = -(-length // block) * block
   q, k, v = (_pad_length(x, padded) for x in (q * q.shape[-1] ** -0.5, k, v))
-  out = _flash(q, k, v, _pad_length(key_mask, padded, False), length, block)
+  out = _flash(q, k, v, _pad_length(key_mask, padded, False), length, block, modifier)
   return out[:, :length], None
 
 
@@ -228,8 +324,8 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
 
 
 def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
-                    block_size: int, dropout_fn: Callable | None = None
-                    ) -> tuple[jax.Array, None]:
+                    block_size: int, dropout_fn: Callable | None = None,
+                    modifier: ScoreModifier = NO_MODIFIER) -> tuple[jax.Array, None]:
   """Block-local attention: query block i sees key blocks i-1, i and i+1 (padded keys excluded).
 
   Scores are [B, L/block, H, block, 3·block]: linear in L, never L×L. A query that sees no real key
@@ -244,7 +340,7 @@ def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   if n <= 2:
     # Every query's window then covers the whole sequence: plain attention, without the 3x-wide
     # windows' wasted edge slots. (Rows without a real key agree too: uniform over all L keys.)
-    return dense_attention(q, k, v, key_mask)[0], None
+    return dense_attention(q, k, v, key_mask, modifier=modifier)[0], None
   padded = n * block
 
   def windows(x):
@@ -262,9 +358,11 @@ def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   position = np.arange(-block, padded + block).reshape(n + 2, block)
   fill = np.where((position >= 0) & (position < length), _MASKED, -np.inf).astype(np.float32)
   fill = np.concatenate([fill[:-2], fill[1:-1], fill[2:]], axis=1)
+  k_pos = np.concatenate([position[:-2], position[1:-1], position[2:]], axis=1)  # [n, 3·block]
 
   s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
-  s = jnp.where(mask[:, :, None, None, :], s, fill[None, :, None, None, :])
+  s = modifier.apply(s, position[1:-1], k_pos, mask[:, :, None, None, :],
+                     fill[None, :, None, None, :])
   weights = jax.nn.softmax(s, axis=-1)
   out = jnp.einsum("bnhqk,bnkhd->bnqhd", weights.astype(v.dtype), v)
   return out.reshape(batch, padded, heads, dim)[:, :length], None
@@ -274,20 +372,25 @@ def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
 
 
 def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
-                    dropout_fn: Callable | None = None) -> tuple[jax.Array, None]:
+                    dropout_fn: Callable | None = None,
+                    modifier: ScoreModifier = NO_MODIFIER) -> tuple[jax.Array, None]:
   """cuDNN flash attention (`jax.nn.dot_product_attention(implementation='cudnn')`), GPU only.
 
   cuDNN takes padding as per-example key lengths, so real tokens must form a prefix of each row
   (trailing padding, as SequenceModel's inputs have); a mask with holes would be misread. cuDNN runs in
   float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32. An
-  example with no real key gets dense's answer (the mean of all values).
+  example with no real key gets dense's answer (the mean of all values). ALiBi goes in as cuDNN's
+  `bias` operand, [1, H, L, L] in the compute dtype: the simple way, an L×L array, and untested here
+  (no GPU in the test runs).
   """
   _no_dropout("cudnn", dropout_fn)
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
   lengths = key_mask.sum(-1, dtype=jnp.int32)
+  position = np.arange(q.shape[1])
+  bias = modifier.bias(position, position)[None].astype(dtype) if modifier.alibi else None
   # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
   # examples run with one key and are then replaced by dense's answer: the uniform mean of all values.
-  out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+  out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias,
                                      key_value_seq_lengths=jnp.maximum(lengths, 1),
                                      implementation="cudnn")
   empty = (lengths == 0)[:, None, None, None]
@@ -300,16 +403,17 @@ IMPLEMENTATIONS = ("auto", "dense", "blockwise", "local", "cudnn")
 
 
 def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
-           dropout_fn: Callable | None = None):
+           dropout_fn: Callable | None = None, modifier: ScoreModifier = NO_MODIFIER):
   """Dispatches to an attention implementation; all take and return the same shapes."""
+  options = dict(dropout_fn=dropout_fn, modifier=modifier)
   if implementation in ("auto", "dense"):  # 'auto' unresolved by the platform: dense (docstring)
-    return dense_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
+    return dense_attention(q, k, v, key_mask, **options)
   if implementation == "blockwise":
-    return blockwise_attention(q, k, v, key_mask, block_size=block_size, dropout_fn=dropout_fn)
+    return blockwise_attention(q, k, v, key_mask, block_size=block_size, **options)
   if implementation == "local":
-    return local_attention(q, k, v, key_mask, block_size=block_size, dropout_fn=dropout_fn)
+    return local_attention(q, k, v, key_mask, block_size=block_size, **options)
   if implementation == "cudnn":
-    return cudnn_attention(q, k, v, key_mask, dropout_fn=dropout_fn)
+    return cudnn_attention(q, k, v, key_mask, **options)
   raise ValueError(f"attention implementation {implementation!r} must be one of {IMPLEMENTATIONS}.")
 
 
@@ -330,14 +434,22 @@ class MultiHeadAttention(nn.Module):
     # gradient is exactly zero and Adam would only turn float noise into lr-sized random steps.
     k = project(name="key", use_bias=False)(x)
     v = project(name="value")(x)
+    if cfg.position == "rope":
+      q, k = rotary(q), rotary(k)
+    modifier = score_modifier(cfg)
     dropout_fn = None
     if train and cfg.dropout_rate > 0:
       dropout_fn = nn.Dropout(cfg.dropout_rate, deterministic=False)
     out, weights = attend(q, k, v, key_mask, implementation=cfg.attention,
-                          block_size=cfg.attention_block_size, dropout_fn=dropout_fn)
+                          block_size=cfg.attention_block_size, dropout_fn=dropout_fn,
+                          modifier=modifier)
     # Recorded only when the caller asks for the 'intermediates' collection (attention analysis);
     # otherwise `sow` is a no-op and costs nothing inside jit. Memory-efficient implementations
     # never materialise the weights and return None.
     if weights is not None:
       self.sow("intermediates", "attention_weights", weights)
+      # A collection of their own, computed only when asked for: the maps' callers (the training
+      # tracker among them) would otherwise hold a second [B, H, L, L] array per layer.
+      if self.is_mutable_collection("attention_logits"):
+        self.sow("attention_logits", "logits", dense_scores(q, k, key_mask, modifier))
     return nn.DenseGeneral(features=d_model, axis=(-2, -1), dtype=cfg.compute_dtype, name="out")(out)

@@ -3,7 +3,8 @@
 Parameter layout (what freezing and partial loading patterns address):
   encoder/token_embedding/embedding               (token inputs)
   encoder/input_projection/{kernel,bias}          (continuous pixel inputs: (value·(1−mask), mask))
-  encoder/position_embedding                      (only with position='learned')
+  encoder/position_embedding                      (only with position='learned'; 'rope' and 'alibi'
+                                                  act inside attention and have no parameters)
   encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
   encoder/final_norm
   mlm_head/{kernel,bias}        or        classifier/{kernel,bias}  (classifier='linear')
@@ -29,7 +30,10 @@ import numpy as np
 from spt_jax.data.vocab import CLS_ID, PAD_ID
 from spt_jax.models import attention as attention_lib
 
-POSITIONS = ("sinusoidal", "learned", "none")
+POSITIONS = ("sinusoidal", "learned", "none", "rope", "alibi")
+# Positions that act inside attention (models/attention.py: rope rotates q and k, alibi biases the
+# scores) instead of codes added to the encoder's input.
+RELATIVE_POSITIONS = ("rope", "alibi")
 POOLINGS = ("mean", "max", "last", "cls")
 HEADS = ("mlm", "classifier")
 INPUT_KINDS = ("tokens", "pixels")
@@ -67,7 +71,7 @@ class ModelConfig:
   num_heads: int = 8
   d_ff: int = 2048
   dropout_rate: float = 0.0
-  position: str = "sinusoidal"    # one of POSITIONS
+  position: str = "sinusoidal"    # one of POSITIONS (rope, alibi: relative, inside attention)
   pooling: str = "mean"           # one of POOLINGS
   activation: str = "gelu"
   dtype: str = "float32"          # compute dtype: float32 or bfloat16 (parameters stay float32)
@@ -146,6 +150,10 @@ def validate_section(m) -> None:
                      f"config.model.num_heads={m.num_heads}.")
   if m.position == "sinusoidal" and m.d_model % 2:
     raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
+  if m.position == "rope" and (m.d_model // m.num_heads) % 2:
+    raise ValueError(f"config.model.position='rope' rotates channel pairs: the head dimension "
+                     f"config.model.d_model / config.model.num_heads = {m.d_model // m.num_heads} "
+                     f"must be even.")
   if not 0 <= m.dropout_rate < 1:
     raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
   if m.dropout_rate > 0 and m.attention not in ("dense", "auto"):
@@ -235,7 +243,7 @@ class Encoder(nn.Module):
       table = self.param("position_embedding", nn.initializers.normal(0.02),
                          (cfg.encoder_length, cfg.d_model))
       x = x + table[:length]
-    elif cfg.position != "none":
+    elif cfg.position not in ("none",) + RELATIVE_POSITIONS:
       raise ValueError(f"position={cfg.position!r} must be one of {POSITIONS}.")
     x = nn.Dropout(cfg.dropout_rate, deterministic=not train)(x.astype(cfg.compute_dtype))
     block = encoder_block(cfg.remat)
