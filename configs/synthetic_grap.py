@@ -20,7 +20,7 @@ def get_config(arg=None, weighting="grap"):
   config = config_lib.ml_collections.ConfigDict()
   config.seed = 0
   config.phases = "pretrain,finetune"
-  config.data = config_lib.synthetic_data()
+  config.data = config_lib.data_config("synthetic")
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
   config.pretrain = config_lib.composite_phase_config(
       learning_rate=1e-3, num_epochs=10.0, warmup_steps=250, eval_every_steps=250,

@@ -13,7 +13,7 @@ def get_config(arg=None):
   config = config_lib.ml_collections.ConfigDict()
   config.seed = 0
   config.phases = "finetune"
-  config.data = config_lib.synthetic_data()
+  config.data = config_lib.data_config("synthetic")
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
   config.finetune = config_lib.synthetic_finetune()
   config_lib.apply_variant(config, arg, __file__)

@@ -21,9 +21,9 @@ def get_config(arg=None):
   config = config_lib.ml_collections.ConfigDict()
   config.seed = 0
   config.phases = "pretrain,finetune"
-  config.data = config_lib.synthetic_data()
+  config.data = config_lib.data_config("synthetic")
   # Other data of the same vocabulary, for cross-data SPT: --config.pretrain.data=pretrain_data.
-  config.pretrain_data = config_lib.synthetic_data(seed=1, p_successor=0.5)
+  config.pretrain_data = config_lib.data_config("synthetic", seed=1, p_successor=0.5)
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
   config.pretrain = config_lib.phase_config(
       "mlm", mask_rate=0.15, learning_rate=1e-3, num_epochs=10.0, warmup_steps=250,

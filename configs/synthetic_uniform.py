@@ -8,14 +8,10 @@ Identical to configs/synthetic_grap.py (same heads mlm, span, contrastive, rando
 optimiser and fine-tuning) except `pretrain.composite.weighting='uniform'`: every head loss enters
 with weight 1 and no labels are read during pretraining.
 """
-import importlib.util
-import os
+from spt_jax import config_lib
 
 
 def get_config(arg=None):
   # The GraP config is the single source of truth; only the weighting differs.
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "synthetic_grap.py")
-  spec = importlib.util.spec_from_file_location("synthetic_grap", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg, weighting="uniform")
+  return config_lib.load_config("configs/synthetic_grap.py" + (f":{arg}" if arg else ""),
+                                weighting="uniform")

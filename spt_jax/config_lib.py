@@ -5,11 +5,14 @@ the command line (`--config.modle.d_model=...`) or in code is an error instead o
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 
 import ml_collections
 
 from spt_jax import checkpoints, objectives, optim
+from spt_jax.data import tasks
 from spt_jax.models import transformer
 from spt_jax.objectives import composite
 
@@ -180,70 +183,9 @@ def validate(config, device_count: int) -> None:
                        f"{name!r}; phases run in the order {names}.")
 
 
-def listops_data(**generator_overrides) -> ml_collections.ConfigDict:
-  """ListOps as in LRA: official files if `data_dir` is given (only read), else generated once into
-  `cache_dir`."""
-  generator = ml_collections.ConfigDict(dict(
-      num_train=96_000, num_val=2_000, num_test=2_000, min_length=500, max_length=2000,
-      max_depth=10, max_args=10, seed=0))
-  generator.update(generator_overrides)
-  return ml_collections.ConfigDict(dict(
-      task="listops",
-      data_dir="",                  # a directory holding listops-1000/ (e.g. lra_release), only read
-                                    # (missing files are an error); '' = generated data in cache_dir
-      cache_dir="~/.cache/spt_jax",
-      generate=True,                # generate into cache_dir when absent there (never into data_dir)
-      max_length=2000,
-      generator=generator))
-
-
-def text_data(**overrides) -> ml_collections.ConfigDict:
-  """IMDB reviews at byte level from TFDS (prepared in array_record format under `data_dir`)."""
-  c = ml_collections.ConfigDict(dict(task="text", data_dir="", max_length=4096))
-  c.update(overrides)
-  return c
-
-
-def retrieval_data(**overrides) -> ml_collections.ConfigDict:
-  """AAN document pairs from the LRA release (`data_dir` holds tsv_data/), bytes, per document."""
-  c = ml_collections.ConfigDict(dict(task="retrieval", data_dir="", max_length=4000))
-  c.update(overrides)
-  return c
-
-
-def image_data(**overrides) -> ml_collections.ConfigDict:
-  """CIFAR-10 from TFDS, grayscale, 1024 pixels; 'pixels' (continuous) or 'tokens' (LRA)."""
-  c = ml_collections.ConfigDict(dict(task="image", data_dir="", representation="pixels",
-                                     max_length=1024,
-                                     # Pixels enter as (x - mean) / std: Amos et al.'s statistics
-                                     # of grayscale CIFAR-10 (docs/configs.md#image).
-                                     pixel_mean=122.6, pixel_std=61.0))
-  c.update(overrides)
-  return c
-
-
-def pathfinder_data(resolution: int = 32, **overrides) -> ml_collections.ConfigDict:
-  """Pathfinder (resolution 32) or Path-X (128): official files if `data_dir` (only read: an
-  incomplete one is an error), else generated into `cache_dir` (if `generate`)."""
-  c = ml_collections.ConfigDict(dict(
-      task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
-      resolution=resolution, difficulty="hard", representation="pixels",
-      max_length=resolution * resolution,
-      downsample=1,  # > 1: each image shrunk by this factor (block means), e.g. 32x32 → 16x16
-      pixel_mean=127.5, pixel_std=127.5,  # (x / 255 - 0.5) / 0.5, as Amos et al.
-      generator=ml_collections.ConfigDict(dict(num_images=200_000, seed=0))))
-  c.update(overrides)
-  return c
-
-
-def synthetic_data(**overrides) -> ml_collections.ConfigDict:
-  """The synthetic proximity task (spt_jax/data/synthetic.py), generated in memory."""
-  synthetic = ml_collections.ConfigDict(dict(
-      num_train=8000, num_val=1000, num_test=1000, length=100, num_background=16,
-      p_successor=0.8, seed=0))
-  synthetic.update(overrides)
-  return ml_collections.ConfigDict(dict(task="synthetic", max_length=synthetic.length,
-                                        synthetic=synthetic))
+def data_config(task: str, *args, **overrides) -> ml_collections.ConfigDict:
+  """The `config.data` section of `task` with its module's defaults (spt_jax/data/<task>.py)."""
+  return tasks.get(task).config(*args, **overrides)
 
 
 def synthetic_finetune() -> ml_collections.ConfigDict:
@@ -252,18 +194,44 @@ def synthetic_finetune() -> ml_collections.ConfigDict:
                       eval_every_steps=250, checkpoint_every_steps=500)
 
 
+def _update(section, overrides: dict) -> None:
+  for key, value in overrides.items():
+    if isinstance(value, dict):
+      _update(section[key], value)
+    else:
+      section[key] = value
+
+
 def smoke(config) -> None:
-  """Shrinks a config to a run that finishes in well under a minute on 2 CPU cores."""
-  if config.data.task == "listops":
-    config.data = listops_data(num_train=512, num_val=128, num_test=128, min_length=16,
-                               max_length=128, max_depth=6, max_args=5)
-    config.data.max_length = 128
-    config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=128)
-  elif config.data.task == "synthetic":
-    config.data.synthetic.update(num_train=512, num_val=128, num_test=128)
+  """Shrinks a config to a run that finishes in well under a minute on 2 CPU cores: the sizes its
+  task declares (`Task.smoke`) for data, model and every phase; other data sections too."""
+  sizes = tasks.get(config.data.task).smoke(config.data)
+  _update(config.data, sizes.get("data", {}))
+  _update(config.model, sizes.get("model", {}))
   for name in phase_names(config):
-    config[name].update(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
-                        checkpoint_every_steps=20)
+    _update(config[name], sizes.get("phase", {}))
+  for name in phase_names(config):
+    other = config[name].data  # cross-task SPT's data section
+    if other and other != "data":
+      _update(config[other], tasks.get(config[other].task).smoke(config[other]).get("data", {}))
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(path_and_arg: str, **kwargs) -> ml_collections.ConfigDict:
+  """`get_config(arg, **kwargs)` of a config file, from 'configs/x.py' or 'configs/x.py:variant'
+  (a relative path is looked up from the working directory, then from the repository root): the
+  one loader that sweeps, tests and config files use."""
+  path, _, arg = path_and_arg.partition(":")
+  full = path if os.path.isabs(path) or os.path.exists(path) else os.path.join(REPO_ROOT, path)
+  if not os.path.isfile(full):
+    raise FileNotFoundError(f"Config file {path!r} not found (looked in {os.getcwd()} and "
+                            f"{REPO_ROOT}).")
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-len(".py")], full)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg or None, **kwargs)
 
 
 def parse_variants(arg, known, name: str) -> set[str]:
@@ -302,18 +270,10 @@ def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x
 
 
 # Each LRA task's data section; the values of Amos et al.'s settings come from spt_jax/lra_table.py.
-LRA_DATA = {"listops": listops_data, "text": text_data, "retrieval": retrieval_data,
-            "image": image_data, "pathfinder": pathfinder_data,
-            "pathx": lambda: pathfinder_data(128)}
-
-# Tiny shapes for the `smoke` variants (each run well under a minute on 2 CPU cores).
-_SMOKE_DATA = {
-    "text": dict(max_length=256),
-    "retrieval": dict(max_length=128),
-    "image": dict(),
-    "pathfinder": dict(generator=dict(num_images=300, seed=0)),
-    "pathx": dict(generator=dict(num_images=24, seed=0)),
-}
+LRA_DATA = {"listops": lambda: data_config("listops"), "text": lambda: data_config("text"),
+            "retrieval": lambda: data_config("retrieval"), "image": lambda: data_config("image"),
+            "pathfinder": lambda: data_config("pathfinder", 32),
+            "pathx": lambda: data_config("pathfinder", 128)}
 
 
 # The `cpu` variants of the LRA-at-CPU-scale study (docs/lra_cpu.md says why each value): SPT plus
@@ -327,9 +287,9 @@ _CPU = {
         pretrain=dict(num_steps=1500, warmup_steps=150),
         finetune=dict(num_steps=1500, warmup_steps=150),
         # Cross-task SPT: shorter, shallower ListOps (same vocabulary, another distribution).
-        pretrain_data=lambda: listops_data(num_train=20_000, num_val=2_000, num_test=2_000,
-                                           min_length=16, max_length=64, max_depth=4,
-                                           max_args=4)),
+        pretrain_data=lambda: data_config("listops", num_train=20_000, num_val=2_000,
+                                          num_test=2_000, min_length=16, max_length=64,
+                                          max_depth=4, max_args=4)),
     "pathfinder": dict(
         # LRA's 32x32 images (the faithful generator), contour 6, shrunk to 16x16 (256 pixels): a
         # 32x32 step is ~8x slower, and contour 14 at 16x16 is a tangle (docs/lra_cpu.md).
@@ -339,20 +299,16 @@ _CPU = {
         pretrain=dict(num_steps=1500, warmup_steps=150),
         finetune=dict(num_steps=1500, warmup_steps=150),
         # Cross-task SPT: the long contours (14) of the same generator, shrunk alike.
-        pretrain_data=lambda: pathfinder_data(32, difficulty="hard", downsample=2, max_length=256,
-                                              generator=ml_collections.ConfigDict(dict(
-                                                  num_images=25_000, seed=0)))),
+        pretrain_data=lambda: data_config("pathfinder", 32, difficulty="hard", downsample=2,
+                                          max_length=256, generator=ml_collections.ConfigDict(
+                                              dict(num_images=25_000, seed=0)))),
 }
 
 
 def cpu_lra(config, task: str) -> None:
   s = _CPU[task]
   for section in ("data", "model"):
-    for key, value in s[section].items():
-      if isinstance(value, dict):
-        config[section][key].update(value)
-      else:
-        config[section][key] = value
+    _update(config[section], s[section])
   for name in phase_names(config):
     config[name].update(**s[name], eval_every_steps=250, checkpoint_every_steps=250)
   if "pretrain" in config:
@@ -395,35 +351,10 @@ def lra_config(task: str, with_spt: bool, arg=None) -> ml_collections.ConfigDict
     config.finetune.init_from.update(source="pretrain", include=(".*",))
   if "from_pathfinder" in variants:
     # Cross-task SPT (Coser et al.): pretrain on Pathfinder pixels, fine-tune on CIFAR-10 pixels.
-    config.pretrain_data = pathfinder_data(32)
+    config.pretrain_data = data_config("pathfinder", 32)
     config.pretrain.data = "pretrain_data"
   if "cpu" in variants:
     cpu_lra(config, task)
   if "smoke" in variants:
-    if task == "listops":
-      smoke(config)
-    else:
-      smoke_lra(config, task)
+    smoke(config)
   return config
-
-
-def smoke_lra(config, task: str) -> None:
-  overrides = _SMOKE_DATA[task]
-  generator = overrides.get("generator")
-  config.data.update({k: v for k, v in overrides.items() if k != "generator"})
-  if generator:
-    config.data.generator.update(generator)
-  if task == "retrieval":
-    import os
-    config.data.data_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                        "tests", "fixtures", "lra_release")
-  if "pretrain_data" in config:
-    config.pretrain_data.generator.update(_SMOKE_DATA["pathfinder"]["generator"])
-  # Local attention windows of 3×256 keep the smoke run's 16k-token scores small (3×1024: 0.8 GB).
-  block = dict(attention_block_size=256) if task == "pathx" else {}
-  config.model.update(num_layers=1, d_model=32, num_heads=2, d_ff=64, **block)
-  batch = 2 if task in ("pathx", "retrieval") else 8  # the bundled AAN fixture has 4 training pairs
-  for name in phase_names(config):
-    config[name].update(num_steps=6 if task == "pathx" else 20, batch_size=batch, warmup_steps=2,
-                        log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10,
-                        max_eval_batches=4)

@@ -32,7 +32,6 @@ import ast
 import concurrent.futures
 import csv
 import re
-import importlib.util
 import json
 import os
 import subprocess
@@ -43,6 +42,8 @@ import numpy as np
 from absl import app, flags, logging
 import ml_collections
 from ml_collections import config_flags
+
+from spt_jax import config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
@@ -91,13 +92,7 @@ def parse_run(spec: str) -> tuple[str, dict]:
   return name.strip(), overrides
 
 
-def load_config(path_and_arg: str):
-  path, _, arg = path_and_arg.partition(":")
-  full = path if os.path.isabs(path) else os.path.join(ROOT, path)
-  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], full)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg or None)
+load_config = config_lib.load_config
 
 
 def apply_overrides(config, overrides: dict) -> None:
@@ -354,8 +349,9 @@ def main(argv):
   del argv
   source = config_flags.get_config_filename(flags.FLAGS["config"])
   sweep = check_sweep(flags.FLAGS.config, source)  # Before the slow imports below.
-  from spt_jax import experiment, host_memory
-  host_memory.retain_freed_memory()  # As main.py: in-process runs train here.
+  from spt_jax import experiment, platform
+  # As main.py's defaults (one device, the retained heap): in-process runs train here.
+  platform.configure_process(None, cpu_devices=1, retain_freed_memory=True)
   experiment.quiet_orbax_logging()
   rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source)
   print(open(os.path.join(flags.FLAGS.workdir, sweep.output, "table.md")).read())

@@ -1,23 +1,21 @@
 """Tiny configs and shared runs: every test here must stay fast on 2 CPU cores."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-from spt_jax import experiment
+from spt_jax import config_lib, experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(name: str, arg=None):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs", f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  """configs/<name>.py's config (variant `arg`), through the one config loader."""
+  return config_lib.load_config(os.path.join(ROOT, "configs", f"{name}.py") + (f":{arg}" if arg
+                                                                                else ""))
 
 
 def tiny(config, cache_dir: str, steps: int = 6):

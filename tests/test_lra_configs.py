@@ -1,5 +1,6 @@
 """Every LRA task's `smoke` config, SPT and from scratch, end to end (Text and Image on TFDS mock data)."""
 import contextlib
+import os
 import time
 
 import pytest
@@ -19,10 +20,15 @@ def _data_context(task):
   return contextlib.nullcontext()
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
 def _cache(config, cache_dir):
   for section in ("data", "pretrain_data"):
     if section in config and "cache_dir" in config[section]:
       config[section].cache_dir = cache_dir
+  if config.data.task == "retrieval":  # the AAN release cannot be downloaded: the bundled fixture
+    config.data.data_dir = os.path.join(FIXTURES, "lra_release")
 
 
 @pytest.mark.parametrize("kind", ["spt", "scratch"])
@@ -52,7 +58,7 @@ def test_pathfinder_to_cifar_cross_task(tmp_path, cache_dir):
 
 def test_incompatible_cross_task_pairing_is_refused(tmp_path):
   config = load_config("text_spt", "smoke")
-  config.pretrain_data = config_lib.pathfinder_data(32)
+  config.pretrain_data = config_lib.data_config("pathfinder", 32)
   config.pretrain.data = "pretrain_data"
   with pytest.raises(ValueError, match=r"Phase 'finetune' cannot start from phase 'pretrain': "
                                        r"pathfinder data .* input kinds differ \(pixels vs tokens\)"):

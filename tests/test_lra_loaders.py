@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.datasets.imdb_reviews import imdb_reviews_dataset_builder
 from tensorflow_datasets.image_classification import cifar
 
-from spt_jax.data import image, retrieval, text
+from spt_jax.data import image, pathfinder, retrieval, text
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -417,9 +417,9 @@ def test_pathfinder_downsample_is_the_block_mean_and_the_signature_follows():
   from spt_jax import config_lib
   from spt_jax.data import tasks
   image = np.arange(16, dtype=np.uint8).reshape(1, 16) * 10  # one 4x4 image
-  small = tasks.downsample(image, 4, 2)
+  small = pathfinder.downsample(image, 4, 2)
   assert small.tolist() == [[25, 45, 105, 125]]  # e.g. mean(0, 10, 40, 50) = 25
   with pytest.raises(ValueError, match="downsample=3 must be a positive divisor"):
-    tasks.downsample(image, 4, 3)
-  cfg = config_lib.pathfinder_data(32, downsample=2)
+    pathfinder.downsample(image, 4, 3)
+  cfg = config_lib.data_config("pathfinder", 32, downsample=2)
   assert tasks.signature(cfg)["max_length"] == 256

@@ -35,13 +35,14 @@ def snapshot(directory) -> dict[str, str]:
 
 
 def listops_config(tmp_path, data_dir: str):
-  cfg = config_lib.listops_data(**TINY_LISTOPS)
+  cfg = config_lib.data_config("listops", **TINY_LISTOPS)
   cfg.update(data_dir=data_dir, cache_dir=str(tmp_path / "cache"), max_length=32)
   return cfg
 
 
 def pathfinder_config(tmp_path, data_dir: str, num_images: int = 20):
-  cfg = config_lib.pathfinder_data(32, data_dir=data_dir, cache_dir=str(tmp_path / "cache"))
+  cfg = config_lib.data_config("pathfinder", 32, data_dir=data_dir,
+                               cache_dir=str(tmp_path / "cache"))
   cfg.generator.update(num_images=num_images, seed=3)
   return cfg
 

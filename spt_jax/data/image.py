@@ -11,9 +11,12 @@ Every value 0..255 is a real pixel, black included: there is no padding in this 
 from __future__ import annotations
 
 from absl import logging
+import ml_collections
 import numpy as np
 
 from spt_jax.data import text
+from spt_jax.data.base import Task, TaskData, as_representation, pixel_kind, pixel_norm
+from spt_jax.data.vocab import BYTE_VOCAB
 
 TFDS_NAME = "cifar10"
 SPLITS = ("train", "val", "test")
@@ -76,3 +79,35 @@ def load_split(split: str, data_dir: str | None = None) -> dict[str, np.ndarray]
   logging.info("CIFAR-10 %s: %d images from TFDS %s[%d:%d]", split, len(labels), tfds_split,
                indices.start, indices.stop)
   return {"pixels": pixels, "labels": labels}
+
+
+# ---------------------------------------------------------------------------------------- Task
+def data_config(**overrides) -> ml_collections.ConfigDict:
+  """CIFAR-10 from TFDS, grayscale, 1024 pixels; 'pixels' (continuous) or 'tokens' (LRA)."""
+  c = ml_collections.ConfigDict(dict(task="image", data_dir="", representation="pixels",
+                                     max_length=NUM_PIXELS,
+                                     # Pixels enter as (x - mean) / std: Amos et al.'s statistics
+                                     # of grayscale CIFAR-10 (docs/configs.md#image).
+                                     pixel_mean=122.6, pixel_std=61.0))
+  c.update(overrides)
+  return c
+
+
+def load(cfg) -> TaskData:
+  splits = {s: load_split(s, cfg.data_dir or None) for s in SPLITS}
+  return TaskData("image", BYTE_VOCAB, NUM_CLASSES, NUM_PIXELS,
+                  as_representation(splits, cfg.representation),
+                  f"tfds {TFDS_NAME} ({cfg.data_dir or 'default data_dir'})",
+                  input_kind=pixel_kind(cfg), **pixel_norm(cfg))
+
+
+def signature(cfg) -> dict:
+  return {"task": "image", "input_kind": pixel_kind(cfg), "vocab": BYTE_VOCAB.tokens,
+          "max_length": NUM_PIXELS}
+
+
+def smoke(cfg) -> dict:
+  return {"data": dict(), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64), "phase": dict(num_steps=20, batch_size=8, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+
+
+TASK = Task("image", data_config, load, signature, smoke)

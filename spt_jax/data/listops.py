@@ -16,10 +16,12 @@ import uuid
 
 from absl import logging
 import jax
+import ml_collections
 import numpy as np
 import tqdm
 
 from spt_jax.data import DATA_DIR_HINT
+from spt_jax.data.base import Task, TaskData, data_root
 from spt_jax.data.vocab import PAD_ID, Vocabulary
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -366,3 +368,58 @@ def load_split(root: str, split: str, max_length: int) -> dict[str, np.ndarray]:
     filled = np.arange(max_length) < counts[:, None]
     inputs[begin:begin + len(chunk)][filled] = ids
   return {"inputs": inputs, "labels": labels}
+
+
+# ---------------------------------------------------------------------------------------- Task
+def data_config(**generator_overrides) -> ml_collections.ConfigDict:
+  """ListOps as in LRA: official files if `data_dir` is given (only read), else generated once into
+  `cache_dir`."""
+  generator = ml_collections.ConfigDict(dict(
+      num_train=96_000, num_val=2_000, num_test=2_000, min_length=500, max_length=2000,
+      max_depth=10, max_args=10, seed=0))
+  generator.update(generator_overrides)
+  return ml_collections.ConfigDict(dict(
+      task="listops",
+      data_dir="",                  # a directory holding listops-1000/ (e.g. lra_release), only read
+                                    # (missing files are an error); '' = generated data in cache_dir
+      cache_dir="~/.cache/spt_jax",
+      generate=True,                # generate into cache_dir when absent there (never into data_dir)
+      max_length=2000,
+      generator=generator))
+
+
+def load(cfg) -> TaskData:
+  gen = cfg.generator
+  spec = GeneratorSpec(
+      num_train=gen.num_train, num_val=gen.num_val, num_test=gen.num_test,
+      min_length=gen.min_length, max_length=gen.max_length, max_depth=gen.max_depth,
+      max_args=gen.max_args, seed=gen.seed)
+  if gen.max_length > cfg.max_length + 1:
+    raise ValueError(f"config.data.generator.max_length={gen.max_length} produces sequences longer "
+                     f"than config.data.max_length={cfg.max_length}.")
+  root = data_root(cfg, spec)
+  if cfg.data_dir:
+    check_data_dir(root)
+  else:
+    ensure_files(root, spec if cfg.generate else None)
+  splits = {s: load_split(root, s, cfg.max_length) for s in SPLITS}
+  for s, arrays in splits.items():
+    logging.info("ListOps %s: %d examples from %s", s, len(arrays["labels"]), split_path(root, s))
+  return TaskData("listops", VOCAB, 10, cfg.max_length, splits, root, generated=not cfg.data_dir)
+
+
+def signature(cfg) -> dict:
+  return {"task": "listops", "input_kind": "tokens", "vocab": VOCAB.tokens,
+          "max_length": cfg.max_length}
+
+
+def smoke(cfg) -> dict:
+  return {"data": dict(max_length=128, generator=dict(
+              num_train=512, num_val=128, num_test=128, min_length=16, max_length=128,
+              max_depth=6, max_args=5)),
+          "model": dict(num_layers=2, d_model=64, num_heads=4, d_ff=128),
+          "phase": dict(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
+                        checkpoint_every_steps=20)}
+
+
+TASK = Task("listops", data_config, load, signature, smoke)

@@ -41,12 +41,16 @@ from typing import NamedTuple
 import uuid
 
 from absl import logging
+import ml_collections
 import numpy as np
 from PIL import Image
 from PIL import ImageDraw
 import tqdm
 
 from spt_jax.data import DATA_DIR_HINT
+from spt_jax.data.base import (Task, TaskData, as_representation, data_root, pixel_kind,
+                               pixel_norm)
+from spt_jax.data.vocab import BYTE_VOCAB
 
 DIFFICULTIES = {"easy": "curv_baseline", "medium": "curv_contour_length_9",
                 "hard": "curv_contour_length_14"}
@@ -999,3 +1003,69 @@ def load_split(root: str, resolution: int, difficulty: str, split: str) -> dict[
       raise ValueError(f"no readable images in the {split} split of {directory}: {len(skipped)} of "
                        f"{len(records)} empty or unreadable ({counts}).")
   return {"pixels": pixels, "labels": labels}
+
+
+# ---------------------------------------------------------------------------------------- Task
+def data_config(resolution: int = 32, **overrides) -> ml_collections.ConfigDict:
+  """Pathfinder (resolution 32) or Path-X (128): official files if `data_dir` (only read: an
+  incomplete one is an error), else generated into `cache_dir` (if `generate`)."""
+  c = ml_collections.ConfigDict(dict(
+      task="pathfinder", data_dir="", cache_dir="~/.cache/spt_jax", generate=True,
+      resolution=resolution, difficulty="hard", representation="pixels",
+      max_length=resolution * resolution,
+      downsample=1,  # > 1: each image shrunk by this factor (block means), e.g. 32x32 → 16x16
+      pixel_mean=127.5, pixel_std=127.5,  # (x / 255 - 0.5) / 0.5, as Amos et al.
+      generator=ml_collections.ConfigDict(dict(num_images=200_000, seed=0))))
+  c.update(overrides)
+  return c
+
+
+def downsample(pixels: np.ndarray, resolution: int, factor: int) -> np.ndarray:
+  """[N, res*res] 8-bit images → [N, (res/factor)²]: the mean of each factor x factor block, rounded
+  (a smaller image of the same scene, not one drawn at the smaller size)."""
+  if factor < 1 or resolution % factor:
+    raise ValueError(f"config.data.downsample={factor} must be a positive divisor of the "
+                     f"resolution {resolution}.")
+  side = resolution // factor
+  blocks = pixels.reshape(-1, side, factor, side, factor).astype(np.float32).mean(axis=(2, 4))
+  return np.rint(blocks).astype(np.uint8).reshape(len(pixels), side * side)
+
+
+def load(cfg) -> TaskData:
+  res, difficulty = cfg.resolution, cfg.difficulty
+  spec = GeneratorSpec(resolution=res,
+                       contour_length=CONTOUR_LENGTH[DIFFICULTIES.get(difficulty, difficulty)],
+                       num_images=cfg.generator.num_images, seed=cfg.generator.seed)
+  root = data_root(cfg, spec)
+  if cfg.data_dir:
+    check_data_dir(root, res, difficulty)
+  else:
+    ensure_files(root, res, difficulty, spec if cfg.generate else None)
+  splits = {s: load_split(root, res, difficulty, s) for s in SPLITS}
+  factor = cfg.get("downsample", 1)
+  if factor > 1:
+    splits = {s: dict(a, pixels=downsample(a["pixels"], res, factor)) for s, a in splits.items()}
+  side = res // factor
+  return TaskData(f"pathfinder{res}" + (f"_to{side}" if factor > 1 else ""), BYTE_VOCAB, 2,
+                  side * side, as_representation(splits, cfg.representation), root,
+                  input_kind=pixel_kind(cfg), generated=not cfg.data_dir, **pixel_norm(cfg))
+
+
+def signature(cfg) -> dict:
+  return {"task": "pathfinder", "input_kind": pixel_kind(cfg), "vocab": BYTE_VOCAB.tokens,
+          "max_length": (cfg.resolution // cfg.get("downsample", 1)) ** 2}
+
+
+def smoke(cfg) -> dict:
+  pathx = cfg.resolution >= 128
+  # Path-X: local attention windows of 3×256 keep the smoke run's 16k-token scores small (3×1024:
+  # 0.8 GB).
+  model = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
+               **(dict(attention_block_size=256) if pathx else {}))
+  return {"data": dict(generator=dict(num_images=24 if pathx else 300, seed=0)), "model": model,
+          "phase": dict(num_steps=6 if pathx else 20, batch_size=2 if pathx else 8,
+                        warmup_steps=2, log_every_steps=5, eval_every_steps=10,
+                        checkpoint_every_steps=10, max_eval_batches=4)}
+
+
+TASK = Task("pathfinder", data_config, load, signature, smoke)

@@ -18,9 +18,12 @@ import glob
 import os
 
 from absl import logging
+import ml_collections
 import numpy as np
 
 from spt_jax.data import text
+from spt_jax.data.base import Task, TaskData
+from spt_jax.data.vocab import BYTE_VOCAB
 
 SPLITS = ("train", "val", "test")
 FILE_SPLITS = {"train": "train", "val": "eval", "test": "test"}
@@ -103,3 +106,34 @@ def load_split(root: str, split: str,
   logging.info("AAN %s: %d pairs from %s (max_length %d per document)", split, len(labels), path,
                max_length)
   return {"inputs": inputs, "labels": np.array(labels, np.int32)}
+
+
+# ---------------------------------------------------------------------------------------- Task
+def data_config(**overrides) -> ml_collections.ConfigDict:
+  """AAN document pairs from the LRA release (`data_dir` holds tsv_data/), bytes, per document."""
+  c = ml_collections.ConfigDict(dict(task="retrieval", data_dir="", max_length=DEFAULT_MAX_LENGTH))
+  c.update(overrides)
+  return c
+
+
+def load(cfg) -> TaskData:
+  if not cfg.data_dir:
+    raise FileNotFoundError("config.data.data_dir must point at the LRA release directory holding "
+                            "tsv_data/new_aan_pairs.{train,eval,test}.tsv (no download exists).")
+  splits = {s: load_split(cfg.data_dir, s, cfg.max_length) for s in SPLITS}
+  return TaskData("retrieval", BYTE_VOCAB, NUM_CLASSES, cfg.max_length, splits,
+                  split_path(cfg.data_dir, "train"))
+
+
+def signature(cfg) -> dict:
+  return {"task": "retrieval", "input_kind": "tokens", "vocab": BYTE_VOCAB.tokens,
+          "max_length": cfg.max_length}
+
+
+def smoke(cfg) -> dict:
+  # Batch 2: the bundled AAN fixture (tests/fixtures/lra_release) has 4 training pairs.
+  return {"data": dict(max_length=128), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64),
+          "phase": dict(num_steps=20, batch_size=2, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+
+
+TASK = Task("retrieval", data_config, load, signature, smoke)

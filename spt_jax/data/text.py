@@ -15,9 +15,11 @@ import os
 from typing import Any, Sequence
 
 from absl import logging
+import ml_collections
 import numpy as np
 
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
+from spt_jax.data.base import Task, TaskData
 
 TFDS_NAME = "imdb_reviews"
 SPLITS = ("train", "val", "test")
@@ -120,3 +122,30 @@ def load_split(split: str, max_length: int = DEFAULT_MAX_LENGTH,
   logging.info("IMDB %s: %d reviews from TFDS %s[%s] (max_length %d)", split, num, TFDS_NAME,
                TFDS_SPLITS[split], max_length)
   return {"inputs": encode_bytes(docs, max_length), "labels": labels}
+
+
+# ---------------------------------------------------------------------------------------- Task
+def data_config(**overrides) -> ml_collections.ConfigDict:
+  """IMDB reviews at byte level from TFDS (prepared in array_record format under `data_dir`)."""
+  c = ml_collections.ConfigDict(dict(task="text", data_dir="", max_length=DEFAULT_MAX_LENGTH))
+  c.update(overrides)
+  return c
+
+
+def load(cfg) -> TaskData:
+  splits = {s: load_split(s, cfg.max_length, cfg.data_dir or None) for s in SPLITS}
+  return TaskData("text", BYTE_VOCAB, NUM_CLASSES, cfg.max_length, splits,
+                  f"tfds {TFDS_NAME} ({cfg.data_dir or 'default data_dir'})")
+
+
+def signature(cfg) -> dict:
+  return {"task": "text", "input_kind": "tokens", "vocab": BYTE_VOCAB.tokens,
+          "max_length": cfg.max_length}
+
+
+def smoke(cfg) -> dict:
+  return {"data": dict(max_length=256), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64),
+          "phase": dict(num_steps=20, batch_size=8, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+
+
+TASK = Task("text", data_config, load, signature, smoke)

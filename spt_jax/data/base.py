@@ -1,0 +1,90 @@
+"""What every task module declares (`Task`) and returns (`TaskData`), and the helpers they share.
+
+A task is one module of spt_jax/data (listops.py, synthetic.py, text.py, retrieval.py, image.py,
+pathfinder.py) ending in `TASK = Task(...)`: its config section's defaults, its smoke sizes, its
+loader and its signature. spt_jax/data/tasks.py is the table of them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
+
+
+@dataclasses.dataclass
+class TaskData:
+  name: str
+  vocab: Vocabulary
+  num_classes: int
+  max_length: int
+  splits: dict[str, dict[str, np.ndarray]]  # {"train"|"val"|"test": {"inputs", "labels"}}
+  source: str  # where the data came from, for the logs and results
+  input_kind: str = "tokens"  # 'tokens' (ids [N, L] or pairs [N, 2, L]) or 'pixels' (uint8 [N, L])
+  # Pixel inputs enter the model as (pixel - pixel_mean) / pixel_std (8-bit units).
+  pixel_mean: float = 0.0
+  pixel_std: float = 255.0
+  generated: bool = False  # made by spt_jax's generator, not read from an official release
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task, declared by its module.
+
+  config(**overrides)  the `config.data` section with this task's defaults (an ml_collections
+                       ConfigDict with `task` = name)
+  load(cfg)            the data of a section → TaskData
+  signature(cfg)       what a model trained on it fixes, from the config alone (nothing loaded):
+                       {'task', 'input_kind', 'vocab' (tokens), 'max_length'}
+  smoke(cfg)           the sizes of the `smoke` variant for a section (config_lib.smoke applies
+                       them): {'data': {...}, 'model': {...}, 'phase': {...}} of field overrides,
+                       nested dicts updating nested sections
+  """
+  name: str
+  config: Callable[..., Any]
+  load: Callable[[Any], TaskData]
+  signature: Callable[[Any], dict]
+  smoke: Callable[[Any], dict]
+
+
+def data_root(cfg, spec) -> str:
+  """The user's data_dir, read as it is, or the cache directory generated data lives in.
+
+  A user's directory is never written to: generating there could replace their files, and a
+  mistyped path would silently train on generated data. The cache directory is named after every
+  generator setting, so variants never collide.
+  """
+  if cfg.data_dir:
+    return os.path.expanduser(cfg.data_dir)
+  return os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
+
+
+PIXEL_REPRESENTATIONS = ("pixels", "tokens")
+
+
+def as_representation(splits, representation: str):
+  """Raw 8-bit pixels → continuous inputs (kept as uint8) or LRA's 256 pixel tokens (id 3 + value)."""
+  if representation not in PIXEL_REPRESENTATIONS:
+    raise ValueError(f"config.data.representation={representation!r} must be one of "
+                     f"{PIXEL_REPRESENTATIONS}.")
+  out = {}
+  for name, arrays in splits.items():
+    pixels = arrays["pixels"]
+    inputs = pixels if representation == "pixels" else pixels.astype(np.uint16) + NUM_SPECIAL
+    out[name] = {"inputs": inputs, "labels": arrays["labels"]}
+  return out
+
+
+def pixel_norm(cfg) -> dict:
+  if not cfg.pixel_std > 0:
+    raise ValueError(f"config.data.pixel_std={cfg.pixel_std} must be > 0.")
+  return dict(pixel_mean=float(cfg.pixel_mean), pixel_std=float(cfg.pixel_std))
+
+
+def pixel_kind(cfg) -> str:
+  """The model's input kind for an image task's section: 'pixels' or 'tokens'."""
+  return "pixels" if cfg.get("representation", "pixels") == "pixels" else "tokens"
