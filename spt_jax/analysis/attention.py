@@ -170,7 +170,7 @@ def relative_bias(model, params, tokens, mask) -> list[dict]:
 
 
 def _offset_panels(offsets, heads: list[dict], path: str, title: str) -> None:
-  """One panel per head: the mean logit against i − j, and ALiBi's explicit bias where there is one."""
+  """One panel per head: the mean logit against i − j, and ALiBi's explicit bias if there is one."""
   from spt_jax.analysis import plots  # Here, not at the top: training imports this module.
   fig, axes = plots.plt.subplots(1, len(heads), figsize=(3.6 * len(heads), 3.2), squeeze=False)
   for h, (ax, head) in enumerate(zip(axes[0], heads)):
