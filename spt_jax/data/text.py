@@ -4,10 +4,13 @@ LRA trains on `train` and evaluates on `test` for both validation and test (`imd
 validation split), so `val` here is the TFDS `test` split. Each review's UTF-8 bytes become
 `BYTE_VOCAB` ids (byte b -> 3 + b), truncated to `max_length` and padded with PAD_ID.
 
-TFDS datasets are read through `builder.as_data_source`, which needs the dataset prepared in the
-`array_record` format (TFRecord reading needs TensorFlow). Loading never downloads: a dataset that
-is not prepared raises FileNotFoundError saying how to prepare it. The TFDS helpers here are shared
-with `image.py`.
+TFDS datasets are read in either of the formats `tfds build` writes, without TensorFlow: TFRecord
+(its default, as most users have `~/tensorflow_datasets/imdb_reviews` and `cifar10`) through
+`tfrecord.TfdsTFRecordSource` (the framing read and CRC-checked here, the examples deserialised by
+TFDS's own numpy parser), and `array_record` through `builder.as_data_source`. Loading never
+downloads: a dataset that is not prepared raises FileNotFoundError saying how to prepare it
+(`python -m spt_jax.data.prepare --task=text --data_dir=DIR` checks one). The TFDS helpers here are
+shared with `image.py`.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from spt_jax.data import tfrecord
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
 from spt_jax.data.base import Task, TaskData
 
@@ -52,7 +56,9 @@ def encode_bytes(docs: Sequence[bytes], max_length: int) -> np.ndarray:
 def open_tfds_split(name: str, split: str, data_dir: str | None = None) -> Any:
   """Random-access view of a prepared TFDS split: `len(source)`, `source[i]` -> dict of numpy.
 
-  data_dir defaults to TFDS's own default ($TFDS_DATA_DIR, else ~/tensorflow_datasets).
+  data_dir defaults to TFDS's own default ($TFDS_DATA_DIR, else ~/tensorflow_datasets). A dataset
+  prepared as array_record is read through TFDS's data source, one prepared as TFRecord (and not
+  also as array_record) through spt_jax's TFRecord reader.
   """
   # Imported here so that tasks which never touch TFDS don't pay for importing it.
   import tensorflow_datasets as tfds
@@ -60,12 +66,22 @@ def open_tfds_split(name: str, split: str, data_dir: str | None = None) -> Any:
   if data_dir is not None:
     data_dir = os.path.expanduser(data_dir)
   builder = tfds.builder(name, data_dir=data_dir)
+  if builder.is_prepared() and _reads_as_tfrecord(builder):
+    builder.info.set_file_format(tfds.core.FileFormat.TFRECORD, override=True,
+                                 override_if_initialized=True)
+    try:
+      return tfrecord.TfdsTFRecordSource(builder.info, split)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(
+          f"TFDS dataset {name!r} at {builder.data_dir} is prepared in the tfrecord format, but "
+          f"{e} Copy the dataset again, or convert a complete copy with `tfds convert_format "
+          f"--dataset_dir={builder.data_dir} --out_file_format=array_record`.") from None
   try:
     # Never downloads (tfds.data_source does by default): there is no network here, and preparing
     # needs TensorFlow (the tfds CLI imports it; CIFAR-10's PNG encoding runs on it).
     return builder.as_data_source(split=split)
   except Exception as e:
-    # TFDS reports a missing or TFRecord-only dataset with varied exception types (KeyError,
+    # TFDS reports a missing or unreadable dataset with varied exception types (KeyError,
     # NotImplementedError, ...), so the builder's state decides whether this is our case.
     reason = _not_readable_reason(builder)
     if reason is None:
@@ -73,9 +89,19 @@ def open_tfds_split(name: str, split: str, data_dir: str | None = None) -> Any:
     raise FileNotFoundError(
         f"TFDS dataset {name!r} cannot be read from {builder.data_dir}: {reason}. Reading needs "
         f"neither network nor TensorFlow, but preparing does: on a machine with network and "
-        f"TensorFlow run `tfds build {name} --file_format=array_record --data_dir=<dir>` (or "
-        f"`tfds.builder({name!r}, data_dir=<dir>, file_format='array_record')"
-        f".download_and_prepare()`), copy <dir> here and pass it as data_dir.") from e
+        f"TensorFlow run `tfds build {name} --data_dir=<dir>` (TFRecord, its default) or "
+        f"`tfds build {name} --file_format=array_record --data_dir=<dir>`, copy <dir> here and "
+        f"pass it as data_dir (`python -m spt_jax.data.prepare --task=<task> --data_dir=<dir>` "
+        f"checks it).") from e
+
+
+def _reads_as_tfrecord(builder: Any) -> bool:
+  """Prepared in TFRecord and in no format TFDS's own data sources read (array_record first)."""
+  import tensorflow_datasets as tfds
+
+  formats = builder.info.available_file_formats()
+  return (tfds.core.FileFormat.TFRECORD in formats
+          and not formats & tfds.core.FileFormat.with_random_access())
 
 
 def _not_readable_reason(builder: Any) -> str | None:
@@ -84,8 +110,9 @@ def _not_readable_reason(builder: Any) -> str | None:
   if not builder.is_prepared():
     return "it is not prepared there"
   file_format = builder.info.file_format
-  if file_format not in tfds.core.FileFormat.with_random_access():
-    return (f"it is prepared in the {file_format.value} format, which has no random access (an "
+  readable = tfds.core.FileFormat.with_random_access() | {tfds.core.FileFormat.TFRECORD}
+  if file_format not in readable:
+    return (f"it is prepared in the {file_format.value} format, which spt_jax does not read (an "
             f"existing copy converts with `tfds convert_format --dataset_dir={builder.data_dir} "
             f"--out_file_format=array_record`)")
   return None
@@ -126,7 +153,7 @@ def load_split(split: str, max_length: int = DEFAULT_MAX_LENGTH,
 
 # ---------------------------------------------------------------------------------------- Task
 def data_config(**overrides) -> ml_collections.ConfigDict:
-  """IMDB reviews at byte level from TFDS (prepared in array_record format under `data_dir`)."""
+  """IMDB reviews at byte level from TFDS (prepared as TFRecord or array_record under `data_dir`)."""
   c = ml_collections.ConfigDict(dict(task="text", data_dir="", max_length=DEFAULT_MAX_LENGTH))
   c.update(overrides)
   return c
