@@ -215,6 +215,13 @@ def run(config, workdir: str) -> dict:
                  {"fingerprint": fingerprints[section], "source": task.source, "task": task.name})
     results[name] = train.train_phase(config, name, task, workdir, mesh, hooks=ANALYSIS_HOOKS)
     write_json(os.path.join(workdir, "results.json"), results)
+    if jax.process_index() == 0:  # The phase's report.png / report.md, drawn from metrics.jsonl.
+      try:
+        from spt_jax.analysis import report  # Imported by runs that draw only: it loads matplotlib.
+        report.write_reports(workdir, phase=name)
+      except Exception as e:  # noqa: BLE001 - a report that fails to draw never loses a result
+        logging.warning("[%s] report not written (%s: %s); `python -m spt_jax.report %s` retries.",
+                        name, type(e).__name__, e, workdir)
     faults.point("phase_finished")
   write_json(os.path.join(workdir, "results.json"), results)
   last, section = names[-1], data_section(config, names[-1])

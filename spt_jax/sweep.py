@@ -275,6 +275,12 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
     raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
   write_outputs(sweep, rows, os.path.join(workdir, sweep.output))
+  try:  # curves.png next to plot.png: every arm's learning curves, mean ± std over the seeds.
+    from spt_jax.analysis import report
+    report.sweep_curves(workdir, names, sweep.seeds,
+                        os.path.join(workdir, sweep.output, report.SWEEP_FIGURE), sweep.title)
+  except Exception as e:  # noqa: BLE001 - the table and plot stand without it
+    logging.warning("Sweep curves not drawn (%s: %s).", type(e).__name__, e)
   return rows
 
 

@@ -20,7 +20,8 @@ PACKAGE = "spt_jax"
 # wins over its package's.
 LAYERS = (
     # Command lines and tools that drive runs; nothing in spt_jax imports them.
-    ("entry", ("spt_jax.sweep", "spt_jax.surgery", "spt_jax.theory.experiments")),
+    ("entry", ("spt_jax.sweep", "spt_jax.surgery", "spt_jax.theory.experiments",
+               "spt_jax.report")),
     # A whole run: phases in order, workdir checks; hands the analysis hooks to the trainer.
     ("experiment", ("spt_jax.experiment",)),
     # Reads finished runs (CLIs) and supplies the hooks the trainer runs (attention metrics during
