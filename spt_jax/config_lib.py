@@ -91,6 +91,16 @@ def composite_phase_config(**overrides) -> ml_collections.ConfigDict:
       ema=0.9,                      # EMA of the gradient norms and of the cosine statistics
       warmup_updates=10,            # plain average of the statistics over the first updates
       label_fraction=1.0))          # downstream labels come from the first fraction of train only
+  # Issue 18: GraP as its authors run it (spt_jax/grap.py, spt_jax/objectives/composite.py).
+  c.grap.update(dict(
+      parametrisation="sgd",        # 'sgd' (the reference's default): logits weigh the raw losses,
+                                    # start = their plain sum; 'scaled-sgd': EMA-normalised gradients
+      delay_steps=0,                # logits frozen for the first steps (statistics still accumulate)
+      probe="pooled_linear",        # the downstream probe: 'pooled_linear' or 'token_mlp' (pretpp's)
+      probe_hidden=128,             # probe='token_mlp': hidden width
+      probe_optimizer="own",        # 'own': its own Adam at probe_lr, no warmup, in the objective
+                                    # state; 'shared': a parameter under the phase's AdamW + schedule
+      probe_lr=1e-2))               # 'own': constant lr (docs/grap.md: measured against 1e-3 .. 1e-1)
   c.update(overrides)
   return c
 

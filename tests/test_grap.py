@@ -47,52 +47,121 @@ def _cos(a, b):
 
 
 # ---------------------------------------------------------------------------------------- algorithm
-def test_logit_update_is_the_lookahead_hypergradient():
-  """GraP's ascent direction on pᵀw(l) equals −d/dl L_down(z − η Σ_i w_i(l) g_i) as η → 0.
-
-  Conventions that make the two comparable: the look-ahead steps along the same normalised
-  gradients g_i = ∇L_i / m_i that GraP sends to the encoder (on the first update m_i = ||∇L_i||), and
-  w(l) = |l| / sqrt(|l|ᵀ C |l|) with C the cosine matrix of those g_i, differentiated through in both.
-  GraP's p uses the unit downstream gradient: that rescales the hypergradient by 1/||∇L_down||, a
-  positive factor that leaves the direction unchanged.
-  """
+def _first_update(parametrisation, logits, scales=(1.0, 1.0, 1.0)):
+  """GraP's first update on the toy problem, its losses multiplied by `scales`: (z, the raw
+  per-loss gradients, the downstream loss, new state, z-gradient, coefficients, info)."""
   z, losses, downstream = _toy_problem()
-  grads, down = jax.jit(lambda z: (jnp.stack([jax.grad(f)(z) for f in losses]),
+  scales = jnp.asarray(scales)[:, None, None, None]
+  grads, down = jax.jit(lambda z: (jnp.stack([jax.grad(f)(z) for f in losses]) * scales,
                                   jax.grad(downstream)(z)))(z)
-  weighting = grap.Weighting("grap", len(losses), ema=0.9, warmup=10)
-  state = weighting.init()
-  logits = jnp.array([1.0, 0.4, 1.7])  # Not all equal, so the direction is not degenerate.
-  state["logits"] = logits
+  weighting = grap.Weighting("grap", len(losses), ema=0.9, warmup=10,
+                             parametrisation=parametrisation)
+  state = dict(weighting.init(), logits=logits)
   new_state, z_grad, coef, info = jax.jit(weighting)(state, grads, jnp.zeros(3), down,
                                                      jnp.asarray(True))
+  return z, grads, downstream, new_state, z_grad, coef, info
 
-  g = grads / jnp.linalg.norm(grads.reshape(3, -1), axis=1)[:, None, None, None]
-  cos = jnp.einsum("i...,j...->ij", g, g)
-  eta = 1e-4
 
-  def lookahead(l):
-    return downstream(z - eta * jnp.tensordot(grap.weights(l, cos), g, 1))
-
-  hyper = -jax.jit(jax.grad(lookahead))(logits)
-  cosine = _cos(info["direction"], hyper)
+def _lookahead_checks(z, downstream, step, logits, direction, eta=1e-4):
+  """GraP's ascent direction against −d/dl L_down(z − η step(l)), by autodiff and by central finite
+  differences (float64: the look-ahead changes L_down by ~η·h, below float32 resolution)."""
+  hyper = -jax.jit(jax.grad(lambda l: downstream(z - eta * step(l, jnp))))(logits)
+  cosine = _cos(direction, hyper)
   print(f"hypergradient cosine: {cosine:.6f}")
   assert cosine > 0.99
-  # Central finite differences of the look-ahead loss agree too (in float64: the look-ahead changes
-  # L_down by ~η·h, below float32 resolution).
   with jax.enable_x64(True):
-    z64, cos64, g64 = (jnp.asarray(np.asarray(x), jnp.float64) for x in (z, cos, g))
-    ahead = jax.jit(jax.vmap(
-        lambda l: downstream(z64 - eta * jnp.tensordot(grap.weights(l, cos64), g64, 1))))
+    z64 = jnp.asarray(np.asarray(z), jnp.float64)
+    ahead = jax.jit(jax.vmap(lambda l: downstream(z64 - eta * step(l, jnp, jnp.float64))))
     h = 1e-4 * np.eye(3)
     values = np.asarray(ahead(jnp.asarray(np.concatenate([logits + h, logits - h]), jnp.float64)))
     fd = (values[:3] - values[3:]) / 2e-4
-  assert _cos(info["direction"], -fd) > 0.99
-  # The step taken is Σ w_i g_i with unit norm, and the heads' coefficients are w_i / m_i.
+  assert _cos(direction, -fd) > 0.99
+
+
+def test_logit_update_is_the_lookahead_hypergradient_scaled_sgd():
+  """'scaled-sgd': GraP's ascent direction on pᵀw(l) equals −d/dl L_down(z − η Σ_i w_i(l) g_i) as
+  η → 0, with the steps along the normalised gradients g_i = ∇L_i / m_i that GraP sends to the
+  encoder (on the first update m_i = ||∇L_i||) and w(l) = |l| / sqrt(|l|ᵀ C |l|), C the cosines of
+  the g_i, differentiated through in both. GraP's p uses the unit downstream gradient: that rescales
+  the hypergradient by 1/||∇L_down||, a positive factor that leaves the direction unchanged."""
+  logits = jnp.array([1.0, 0.4, 1.7])  # Not all equal, so the direction is not degenerate.
+  z, grads, downstream, new_state, z_grad, coef, info = _first_update("scaled-sgd", logits)
+  norms = np.linalg.norm(np.asarray(grads).reshape(3, -1), axis=1)
+
+  def step(l, xp, dtype=jnp.float32):
+    g = xp.asarray(np.asarray(grads) / norms[:, None, None, None], dtype)
+    cos = xp.einsum("i...,j...->ij", g, g)
+    return xp.tensordot(grap.weights(l, cos), g, 1)
+
+  _lookahead_checks(z, downstream, step, logits, info["direction"])
+  # The step taken is Σ w_i g_i with unit norm, and the coefficients on the raw losses are w_i/m_i.
   np.testing.assert_allclose(jnp.linalg.norm(z_grad), 1.0, rtol=1e-5)
-  np.testing.assert_allclose(coef * jnp.linalg.norm(grads.reshape(3, -1), axis=1), info["weight"],
-                             rtol=1e-5)
+  np.testing.assert_allclose(coef * norms, info["weight"], rtol=1e-5)
+  np.testing.assert_allclose(z_grad, step(logits, jnp), rtol=1e-4, atol=1e-7)
   # Ascent: the logits move along the direction (Adam with b1 = 0 keeps each component's sign).
   np.testing.assert_array_equal(np.sign(new_state["logits"] - logits), np.sign(info["direction"]))
+
+
+def test_logit_update_is_the_lookahead_hypergradient_sgd():
+  """'sgd' (the reference's default): the logits weigh the RAW losses. The look-ahead is written on
+  the raw gradients alone, with no reference to GraP's normalisation: the unit step along
+  Σ_i |l_i| ∇L_i, i.e. L_down(z − η Σ|l_i|∇L_i / ||Σ|l_i|∇L_i||); GraP's direction (computed from
+  its normalised statistics and u = |l|·m) is minus its hypergradient, and the z-gradient it sends
+  is exactly that unit step, so that at l = 1 it is the plain sum of the losses, rescaled."""
+  logits = jnp.array([1.0, 0.4, 1.7])
+  scales = (1.0, 0.5, 20.0)  # gradient norms 0.6, 0.3 and 27: raw and normalised weights differ
+  z, grads, downstream, new_state, z_grad, coef, info = _first_update("sgd", logits, scales)
+
+  def step(l, xp, dtype=jnp.float32):
+    raw = xp.tensordot(grap.magnitude(l), xp.asarray(np.asarray(grads), dtype), 1)
+    return raw / xp.linalg.norm(raw)
+
+  _lookahead_checks(z, downstream, step, logits, info["direction"])
+  np.testing.assert_allclose(z_grad, step(logits, jnp), rtol=1e-4, atol=1e-7)
+  # The coefficients on the raw losses are the logits, up to the one normalising factor.
+  np.testing.assert_allclose(coef / coef[0], logits / logits[0], rtol=1e-5)
+  np.testing.assert_array_equal(np.sign(new_state["logits"] - logits), np.sign(info["direction"]))
+  # With gradient norms this unequal, 'scaled-sgd' takes another step, so its logit direction is
+  # not this look-ahead's hypergradient.
+  scaled = _first_update("scaled-sgd", logits, scales)
+  assert _cos(scaled[4], z_grad) < 0.95
+  assert _cos(scaled[-1]["direction"], info["direction"]) < 0.95
+
+
+def test_start_points_are_the_two_uniform_baselines():
+  """At logits 1, GraP-'sgd' steps along the raw sum (the 'raw_sum' baseline) and GraP-'scaled-sgd'
+  along the equal-norm sum (the 'equal_norm' baseline), each rescaled to a unit step."""
+  _, grads, _, _, z_sgd, _, _ = _first_update("sgd", jnp.ones(3))
+  _, _, _, _, z_scaled, _, _ = _first_update("scaled-sgd", jnp.ones(3))
+  _, raw, raw_coef, raw_info = grap.Weighting("raw_sum", 3)({}, grads, jnp.zeros(3))
+  norm_w = grap.Weighting("equal_norm", 3)
+  state, equal, equal_coef, equal_info = norm_w(norm_w.init(), grads, jnp.zeros(3))
+  np.testing.assert_allclose(raw, grads.sum(0), rtol=1e-6)
+  np.testing.assert_allclose(raw_coef, 1.0)
+  norms = np.linalg.norm(np.asarray(grads).reshape(3, -1), axis=1)
+  np.testing.assert_allclose(equal_coef, 1 / norms, rtol=1e-5)
+  np.testing.assert_allclose(raw_info["grad_norm"], norms, rtol=1e-5)
+  assert int(state["norm_updates"]) == 1
+  for unit, sum_ in ((z_sgd, raw), (z_scaled, equal)):
+    np.testing.assert_allclose(unit, sum_ / jnp.linalg.norm(sum_), rtol=1e-4, atol=1e-7)
+  with pytest.raises(ValueError, match="'raw_sum' sums the raw losses"):
+    grap.Weighting("uniform", 3)
+
+
+def test_start_delay_freezes_the_logits_only():
+  """With `delay` K the logits (and their Adam state) stay at 1 for the first K steps while the
+  statistics accumulate; from step K + 1 they move."""
+  weighting = grap.Weighting("grap", 3, delay=4)
+  g = jax.random.normal(jax.random.PRNGKey(0), (3, 16)) * jnp.array([[1.0], [2.0], [3.0]])
+  d = g[0] + 0.1 * jax.random.normal(jax.random.PRNGKey(1), (16,))
+  state = weighting.init()
+  step = jax.jit(lambda s: weighting(s, g, jnp.zeros(3), d, jnp.asarray(True))[0])
+  for i in range(4):
+    state = step(state)
+    np.testing.assert_array_equal(state["logits"], 1.0)
+    assert int(state["updates"]) == i + 1
+  state = step(state)
+  assert (state["logits"] != 1.0).all()
 
 
 def test_statistics_warm_up_then_follow_an_ema():
@@ -102,12 +171,13 @@ def test_statistics_warm_up_then_follow_an_ema():
   np.testing.assert_allclose(grap.smooth(prev, new, jnp.array(10), 0.9, 10), 0.9 * 2 + 0.1 * 4)
 
 
-def test_grap_drives_an_unaligned_loss_weight_down():
+@pytest.mark.parametrize("parametrisation", grap.PARAMETRISATIONS)
+def test_grap_drives_an_unaligned_loss_weight_down(parametrisation):
   """Three losses whose gradients share direction with the downstream gradient (cosine 0.2-0.3, at
   very different scales) and one whose gradient is independent noise, fresh every step: with the
   default settings (Adam 0.01, betas (0, 0.99), EMA 0.9, 10 warm-up updates) the noise loss falls
   below 5% of the largest weight within a bounded number of steps, and the aligned ones keep theirs."""
-  weighting = grap.Weighting("grap", 4)
+  weighting = grap.Weighting("grap", 4, parametrisation=parametrisation)
   cosines = jnp.array([0.3, 0.2, 0.3, 0.0])
   scales = jnp.array([1.0, 10.0, 0.1, 5.0])
 
@@ -143,6 +213,7 @@ def test_baselines():
   # Equal training rates: GradNorm moves towards equal weighted gradient norms, sum kept at K.
   assert state["weights"][0] > state["weights"][1]
   np.testing.assert_allclose(state["weights"].sum(), 2.0, rtol=1e-5)
+  assert "grad_norm" in weighting({**state}, grads, jnp.ones(2))[3]
   fixed = grap.Weighting("fixed", 2, fixed=(0.25, 2.0))
   _, z_grad, coef, _ = fixed({}, grads, jnp.zeros(2))
   np.testing.assert_allclose(z_grad, 0.25 + 20.0)
@@ -173,31 +244,201 @@ def test_label_fraction_hides_the_other_labels():
   assert splits["train"]["label_weights"].tolist() == [1] * 3 + [0] * 7
   assert splits["train"]["labels"].tolist() == [1] * 3 + [0] * 7
   assert splits["val"]["label_weights"].all()
-  plain = composite.prepare_splits(task, grap.Weighting("uniform", 2), 0.3)
+  plain = composite.prepare_splits(task, grap.Weighting("raw_sum", 2), 0.3)
   assert "labels" not in plain["train"]  # no downstream signal: labels are never read
 
 
 def test_configs_and_validation():
   for name in ("synthetic_grap", "synthetic_uniform"):
-    for arg in ("smoke", "cpu"):
+    for arg in ("smoke", "cpu", "count", "count,cpu", "count,smoke"):
       config = load_config(name, arg)
       composite.validate_phase(config.pretrain, "pretrain")
       assert config.finetune.init_from.exclude == ("pretrain_heads/.*",)
-  assert load_config("synthetic_uniform", "cpu").pretrain.composite.weighting == "uniform"
+      assert config.data.synthetic.get("count_markers", 0) == (5 if "count" in arg else 0)
+  # The adjacency configs lack the count field: their workdirs keep matching.
+  assert "count_markers" not in load_config("synthetic_grap").data.synthetic
+  assert load_config("synthetic_uniform", "cpu").pretrain.composite.weighting == "raw_sum"
+  grap_defaults = load_config("synthetic_grap").pretrain.grap
+  assert (grap_defaults.parametrisation, grap_defaults.probe_optimizer) == ("sgd", "own")
   listops = load_config("listops_grap", "smoke")
   composite.validate_phase(listops.pretrain, "pretrain")
   assert listops.pretrain.num_steps == 60 and listops.data.max_length == 128
   config = load_config("synthetic_grap", "smoke")
-  for key, value, message in [("losses", ("mlm", "bogus"), "composite.losses"),
-                              ("weighting", "nope", "composite.weighting"),
-                              ("temperature", 0.0, "composite.temperature")]:
+  for section, key, value, message in [
+      ("composite", "losses", ("mlm", "bogus"), "composite.losses"),
+      ("composite", "weighting", "nope", "composite.weighting"),
+      ("composite", "weighting", "uniform", "'raw_sum' sums the raw losses"),
+      ("composite", "temperature", 0.0, "composite.temperature"),
+      ("grap", "parametrisation", "adam", "grap.parametrisation"),
+      ("grap", "probe", "mlp", "grap.probe="),
+      ("grap", "probe_optimizer", "sgd", "grap.probe_optimizer"),
+      ("grap", "probe_lr", 0.0, "grap.probe_lr"),
+      ("grap", "delay_steps", -1, "grap.delay_steps")]:
     bad = load_config("synthetic_grap", "smoke")
-    bad.pretrain.composite[key] = value
+    bad.pretrain[section][key] = value
     with pytest.raises(ValueError, match=message):
       composite.validate_phase(bad.pretrain, "pretrain")
+  from spt_jax.data import tasks
+  bad = load_config("synthetic_grap", "smoke")
+  bad.pretrain.composite.losses = ("mlm", "time")
+  with pytest.raises(ValueError, match="composite.losses=.*no time field"):
+    train.make_objective(bad, "pretrain", tasks.load(bad.data))
   config.pretrain.grap.label_fraction = 0.0
   with pytest.raises(ValueError, match="grap.label_fraction"):
     composite.validate_phase(config.pretrain, "pretrain")
+
+
+# ---------------------------------------------------------------------------------------- count task
+def _fingerprint(splits) -> str:
+  """experiment.data_fingerprint's hash of every array of every split."""
+  return experiment.data_fingerprint(TaskData("t", synthetic.vocabulary(2), 2, 1, splits, ""))
+
+
+def test_count_variant_and_the_adjacency_task_unchanged():
+  """count_markers = 0 (or absent) generates the adjacency task bit for bit as before the count
+  variant existed (the hashes are of the generator's output before it); count_markers = m puts m
+  A/B markers at distinct positions and labels the A majority, balanced."""
+  small = dict(num_train=300, num_val=50, num_test=50, length=24, seed=3)
+  before = {"small": "3b2c02ef54803a783d2a02bf6e2f9786", "default": "4111e259ddc98fa3ed7fdaa5b05e35ba"}
+  for name, fields in (("small", small), ("default", {})):
+    for off in ({}, {"count_markers": 0}):
+      assert _fingerprint(synthetic.load_splits(synthetic.Spec(**fields, **off))) == before[name]
+  spec = synthetic.Spec(**dict(small, count_markers=5))
+  data = synthetic.load_splits(spec)["train"]
+  a = (data["inputs"] == spec.vocab.id_of("A")).sum(1)
+  b = (data["inputs"] == spec.vocab.id_of("B")).sum(1)
+  assert ((a + b) == 5).all() and ((a > b) == (data["labels"] == 1)).all()
+  assert data["labels"].mean() == 0.5 and set(a) == {0, 1, 2, 3, 4, 5}
+  for bad in (2, 25):
+    with pytest.raises(ValueError, match="count_markers"):
+      synthetic.Spec(**dict(small, count_markers=bad))
+
+
+# ---------------------------------------------------------------------------------------- objective
+def _tiny_objective(weighting="grap", **grap_fields):
+  """A tiny composite objective on the count task: (objective, params, state, one labelled batch)."""
+  from spt_jax.data import pipeline, tasks
+  config = load_config("synthetic_grap", "count,smoke")
+  config.data.synthetic.update(length=16, num_train=64, num_val=16, num_test=16)
+  config.data.max_length = 16
+  config.model.update(d_model=16, num_heads=2, d_ff=32)
+  config.pretrain.composite.weighting = weighting
+  if weighting == "fixed":
+    config.pretrain.composite.fixed_weights = grap_fields.pop("fixed_weights")
+  config.pretrain.grap.update(grap_fields)
+  task = tasks.load(config.data)
+  comp = train.make_objective(config, "pretrain", task)
+  params = jax.jit(comp.init_params)(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
+  batch = next(pipeline.train_batches(comp.splits(task)["train"], 16, seed=0))
+  batch = jax.tree.map(jnp.asarray, dict(batch, inputs=batch["inputs"].astype(np.int32)))
+  return comp, params, jax.jit(comp.init_state)(), batch
+
+
+def _per_loss_head_grads(comp, params, batch, rng):
+  """Each head's gradient of its own loss, on the z that train_grads computes from `rng`."""
+  view_rng, drop1, drop2, _ = jax.random.split(rng, 4)
+  views = comp.views(view_rng, batch)
+  z, mask = comp.encode(params["encoder"], views["view1"], train=True, rng=drop1)
+  z2 = comp.encode(params["encoder"], views["view2"], train=True, rng=drop2)[0]
+  return {name: jax.grad(lambda h: comp.head_loss(name, z, mask, h, views, batch, z2=z2)[0])(
+      params[composite.HEADS])[name] for name in comp.losses}
+
+
+def test_heads_train_on_their_unweighted_losses_whatever_the_weights():
+  """Fix (b) of issue 18: under fixed weights far from 1 and under GraP, every head's gradient is
+  its own loss's unweighted gradient; only the encoder's gradient depends on the weights."""
+  rng = jax.random.PRNGKey(3)
+  runs = {}
+  for name, kwargs in {"fixed": dict(fixed_weights=(0.01, 5.0, 1e-3, 0.3)), "grap": {}}.items():
+    comp, params, state, batch = _tiny_objective(name, **kwargs)
+    grads, _, _, _ = jax.jit(comp.train_grads)(params, state, batch, rng)
+    runs[name] = grads
+  expected = jax.jit(lambda p, b: _per_loss_head_grads(comp, p, b, rng))(params, batch)
+  for name, grads in runs.items():
+    heads = grads[composite.HEADS]
+    assert set(heads) == set(expected), name  # the 'own' probe is not a parameter
+    for loss, want in expected.items():
+      for path, value in tree.flatten(want).items():
+        scale = np.abs(value).max()
+        np.testing.assert_allclose(tree.flatten(heads[loss])[path], value, rtol=1e-4,
+                                   atol=1e-5 * scale, err_msg=f"{name}: {loss}/{path}")
+  flat = lambda g: np.concatenate([np.ravel(v) for v in tree.flatten(g["encoder"]).values()])
+  assert _cos(flat(runs["fixed"]), flat(runs["grap"])) < 0.99  # the weights do act there
+
+
+def test_probe_has_its_own_optimiser_and_never_reaches_the_encoder():
+  """'own' probe: one step moves it by Adam's first step at grap.probe_lr (|Δ| = lr wherever its
+  gradient is not 0), whatever the phase's schedule; a batch without labels leaves it as it is; the
+  encoder's gradient is the pullback of the weighted pretraining losses alone. 'shared' gives the
+  probe's gradient to the trainer as a parameter of pretrain_heads/ instead."""
+  comp, params, state, batch = _tiny_objective(probe_lr=0.05)
+  rng = jax.random.PRNGKey(1)
+  train_grads = jax.jit(comp.train_grads)
+  grads, new_state, out, info = train_grads(params, state, batch, rng)
+  step = np.asarray(new_state["probe"]["out"]["kernel"] - state["probe"]["out"]["kernel"])
+  moved = np.abs(step) > 1e-9
+  assert moved.mean() > 0.9
+  np.testing.assert_allclose(np.abs(step[moved]), 0.05, rtol=1e-3)
+  assert "grap_probe_accuracy" in out
+  # The encoder's gradient: the VJP of Σ λ_i dL_i/dz, with the coefficients the weighting reported.
+  @jax.jit
+  def pullback(params, coef):
+    view_rng, drop1, drop2, _ = jax.random.split(rng, 4)
+    views = comp.views(view_rng, batch)
+    z, vjp, mask = jax.vjp(lambda p: comp.encode(p, views["view1"], train=True, rng=drop1),
+                           params["encoder"], has_aux=True)
+    z2 = comp.encode(params["encoder"], views["view2"], train=True, rng=drop2)[0]
+    dz = sum(c * jax.grad(lambda z_: comp.head_loss(n, z_, mask, params[composite.HEADS], views,
+                                                   batch, z2=z2)[0])(z)
+             for c, n in zip(coef, comp.losses))
+    return vjp(dz)[0]
+  for path, value in tree.flatten(pullback(params, info["coef"])).items():
+    scale = np.abs(value).max()
+    np.testing.assert_allclose(tree.flatten(grads["encoder"])[path], value, rtol=1e-4,
+                               atol=1e-5 * scale, err_msg=path)
+  unlabelled = dict(batch, label_weights=jnp.zeros_like(batch["label_weights"]))
+  _, same, _, _ = train_grads(params, state, unlabelled, rng)
+  for a, b in zip(jax.tree.leaves(same["probe"]), jax.tree.leaves(state["probe"])):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(same["logits"], state["logits"])
+
+  shared, params, state, batch = _tiny_objective(probe_optimizer="shared")
+  assert "probe" not in state and composite.PROBE in params[composite.HEADS]
+  grads, _, _, _ = jax.jit(shared.train_grads)(params, state, batch, rng)
+  assert np.abs(np.asarray(grads[composite.HEADS][composite.PROBE]["out"]["kernel"])).max() > 0
+
+
+def test_token_probe_gradient_differs_across_positions():
+  """The pooled linear probe's dL_down/dz is one vector per sequence, the same at every position
+  (mean pooling): what GraP then aligns with sees only the pooled part of each loss's gradient. The
+  per-token MLP probe's gradient differs from position to position."""
+  for kind, same in (("pooled_linear", True), ("token_mlp", False)):
+    comp, params, state, batch = _tiny_objective(probe=kind)
+    views = comp.views(jax.random.PRNGKey(0), batch)
+    z, mask = comp.encode(params["encoder"], views["view1"], train=False,
+                          rng=jax.random.PRNGKey(0))
+    g = np.asarray(jax.grad(lambda z_: comp.probe_loss(z_, mask, state["probe"], views, batch)[0])(z))
+    spread = np.abs(g - g[:, :1]).max() / np.abs(g).max()
+    assert (spread < 1e-5) == same, (kind, spread)
+    assert np.isfinite(comp.probe_accuracy(params["encoder"], state["probe"], comp.probe_val))
+
+
+def test_grap_report_states_the_precondition_and_the_verdict():
+  losses = ("mlm", "span", "random")
+  rows = [{"step": s, "mlm": 1.0, "span": 0.5 + 0.1 * (s > 80), "random": 0.2 if s <= 75 else 0.01}
+          for s in range(10, 110, 10)]
+  report = composite.grap_report(losses, rows, 0.62, 0.5)
+  assert report["applicable"] is False and report["verdict"].startswith(composite.NOT_APPLICABLE)
+  report = composite.grap_report(losses, rows, 0.66, 0.5)
+  assert report["applicable"] is True
+  # The last quarter: steps above 75 (80, 90, 100): span 0.5, 0.6, 0.6; random 0.01.
+  assert report["median_weight_last_quarter"] == {"mlm": 1.0, "span": 0.6, "random": 0.01}
+  assert report["relative_weight"]["random"] == pytest.approx(0.01)
+  assert report["useless_below_5pct"] is True and report["useful_above_30pct"] is True
+  assert "random 0.010" in report["verdict"]
+  rows = [dict(r, span=0.2) for r in rows]
+  assert composite.grap_report(losses, rows, 0.66, 0.5)["useful_above_30pct"] is False
+  assert composite.grap_report(losses, rows, None, 0.5)["applicable"] is None
 
 
 # ---------------------------------------------------------------------------------------- phase
@@ -215,15 +456,21 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
   losses = ("mlm", "span", "contrastive", "random")
   assert pre["weighting"] == "grap" and tuple(pre["final_weights"]) == losses
   assert pre["selection_metric"] == "mlm_accuracy" and pre["steps_per_sec"] > 0
-  for key in ("mlm_accuracy", "span_accuracy", "contrastive_accuracy", "random_loss",
-              "grap_probe_accuracy"):
+  for key in ("mlm_accuracy", "span_accuracy", "contrastive_accuracy", "random_loss"):
     assert np.isfinite(pre["test_of_best"][key]), key
+  # The 'own' probe is in the optimiser state, so evaluation does not score it; the phase's end does.
+  assert "grap_probe_accuracy" not in pre["test_of_best"]
+  report = pre["grap"]
+  assert 0 <= report["probe_val_accuracy"] <= 1 and report["chance"] == 0.5
+  assert report["verdict"].startswith(composite.NOT_APPLICABLE) != report["applicable"]
+  assert set(report["median_weight_last_quarter"]) == set(losses)
   phase = tmp_path / "pretrain"
   rows = [json.loads(l) for l in open(phase / "metrics.jsonl")]
   weights = [r for r in rows if r["split"] == "weights"]
   assert [r["step"] for r in weights] == [5, 10, 15, 20, 25, 30]
   for r in weights:
-    assert all(r[n] >= 0 and f"align_{n}" in r and f"logit_{n}" in r for n in losses)
+    assert all(r[n] >= 0 and all(f"{k}_{n}" in r for k in ("align", "logit", "coef", "grad_norm"))
+               for n in losses)
   assert os.path.getsize(phase / "weights.png") > 1000
   for kind in ("latest", "best", "init"):
     assert os.listdir(phase / "checkpoints" / kind)
@@ -239,7 +486,7 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
   assert sorted(report["loaded"]) == sorted(p for p in tree.flatten(params) if p != "classifier/bias"
                                             and p != "classifier/kernel")
   assert report["ignored"] and all(p.startswith("pretrain_heads/") for p in report["ignored"])
-  assert "pretrain_heads/grap_probe/kernel" in report["ignored"]
+  assert not any(p.startswith("pretrain_heads/grap_probe") for p in report["ignored"])
   best = checkpoints.restore_item(pre["selected_checkpoint"])
   np.testing.assert_array_equal(tree.flatten(loaded)["encoder/final_norm/scale"],
                                 best["encoder"]["final_norm"]["scale"])
@@ -310,6 +557,8 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path):
   config.model.update(d_model=16, num_heads=2, d_ff=32)
   config.pretrain.update(num_steps=10, batch_size=16, eval_every_steps=10,
                          checkpoint_every_steps=10, log_every_steps=5)
+  # The tool reads the probe from the parameters: the 'shared' probe (the 'own' one is refused).
+  config.pretrain.grap.probe_optimizer = "shared"
   experiment.run(config, str(tmp_path))
   result = grap_alignment.analyse(str(tmp_path / "pretrain"), "latest", num_batches=3)
   losses = ["mlm", "span", "contrastive", "random"]
@@ -344,6 +593,12 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path):
   direct = _cos(through_encoder("mlm"), through_encoder(PROBE))
   np.testing.assert_allclose(float(cosines["encoder"][0]), direct, rtol=1e-4, atol=1e-6)
 
-  config.pretrain.composite.weighting = "uniform"
-  with pytest.raises(ValueError, match="composite.weighting='uniform'"):
+  config.pretrain.composite.weighting = "raw_sum"
+  with pytest.raises(ValueError, match="composite.weighting='raw_sum'"):
     grap_alignment.measure(config, "pretrain", params, num_batches=1)
+  config.pretrain.composite.weighting = "grap"
+  config.pretrain.grap.probe_optimizer = "own"
+  own = {"encoder": params["encoder"], HEADS: {k: v for k, v in params[HEADS].items()
+                                               if k != PROBE}}
+  with pytest.raises(ValueError, match="probe_optimizer='own'"):
+    grap_alignment.measure(config, "pretrain", own, num_batches=1)

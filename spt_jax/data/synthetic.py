@@ -10,6 +10,13 @@ positions. Positives have `A` immediately followed by `B`; negatives have them a
 apart (in either order). Token counts are identical in distribution across the classes, so any
 bag-of-tokens classifier is at chance: the model must compare neighbouring positions, which a
 mean-pooled classifier can only do through its query-key attention.
+
+Count variant (`count_markers` = m > 0, odd; absent or 0 = the adjacency task above, generated bit for
+bit as before): m markers, each `A` or `B`, at distinct random positions; label 1 when `A`s are the
+majority. A bag of tokens reads this label, so a probe on mean-pooled features can too: the setting in
+which GraP's downstream gradient carries a signal (issue 18). Labels are balanced as above; given the
+label, the number of `A`s is Binomial(m, 1/2) restricted to that side of m/2 (i.i.d. fair markers
+conditioned on the majority).
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ class Spec:
   num_background: int = 16
   p_successor: float = 0.8
   seed: int = 0
+  count_markers: int = 0
 
   def __post_init__(self):
     if self.length < 4:
@@ -41,6 +49,10 @@ class Spec:
       raise ValueError(f"synthetic p_successor={self.p_successor} must be in [0, 1].")
     if self.num_background < 2:
       raise ValueError(f"synthetic num_background={self.num_background} must be >= 2.")
+    if self.count_markers and (self.count_markers % 2 == 0 or not
+                               0 < self.count_markers <= self.length):
+      raise ValueError(f"synthetic count_markers={self.count_markers} must be 0 (the adjacency "
+                       f"task) or odd (no ties) and at most length={self.length}.")
 
   @property
   def vocab(self) -> Vocabulary:
@@ -52,7 +64,8 @@ def vocabulary(num_background: int) -> Vocabulary:
 
 
 def generate(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-  """`num` examples: {"inputs": uint8 [num, length] token ids, "labels": int32 [num]} (balanced)."""
+  """`num` examples: {"inputs": uint8 [num, length] token ids, "labels": int32 [num]} (balanced):
+  the adjacency task, or the count variant when `spec.count_markers` > 0."""
   n, length = spec.num_background, spec.length
   # Background chain, vectorised over examples.
   steps = rng.random((num, length)) < spec.p_successor
@@ -65,6 +78,18 @@ def generate(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.nda
   labels = np.zeros(num, np.int32)
   labels[: num // 2] = 1
   labels = rng.permutation(labels)
+  vocab = spec.vocab
+  # The count variant draws after the background and the labels, so that the adjacency task's draws
+  # (and data) stay exactly as they were.
+  if spec.count_markers:
+    m = spec.count_markers
+    positions = np.argsort(rng.random((num, length)), axis=1)[:, :m]  # distinct, in random order
+    a_count = rng.binomial(m, 0.5, num)
+    a_count = np.where((2 * a_count > m) == (labels == 1), a_count, m - a_count)
+    # The first a_count of the randomly ordered positions are A: a random subset of them.
+    markers = np.where(np.arange(m) < a_count[:, None], vocab.id_of("A"), vocab.id_of("B"))
+    tokens[np.arange(num)[:, None], positions] = markers
+    return {"inputs": tokens.astype(np.uint8), "labels": labels}
   # Positives: A at i, B at i + 1. Negatives: B anywhere with |j - i| >= 2.
   a_pos = rng.integers(0, length - 1, num)
   b_pos = a_pos + 1
@@ -73,7 +98,6 @@ def generate(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.nda
     i = rng.integers(0, length)
     allowed = np.setdiff1d(np.arange(length), [i - 1, i, i + 1])
     a_pos[idx], b_pos[idx] = i, rng.choice(allowed)
-  vocab = spec.vocab
   rows = np.arange(num)
   tokens[rows, a_pos] = vocab.id_of("A")
   tokens[rows, b_pos] = vocab.id_of("B")
