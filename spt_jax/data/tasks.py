@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from spt_jax.data import image, listops, pathfinder, retrieval, synthetic, text
+from spt_jax.data import markov_events
 from spt_jax.data.base import Task, TaskData
 
 TASKS: dict[str, Task] = {t.name: t for t in (listops.TASK, synthetic.TASK, text.TASK,
                                               retrieval.TASK, image.TASK, pathfinder.TASK)}
+# GraP's toy event sequences (issue 18).
+TASKS[markov_events.TASK.name] = markov_events.TASK
 
 __all__ = ["TASKS", "Task", "TaskData", "get", "load", "signature"]
 
