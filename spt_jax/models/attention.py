@@ -19,7 +19,8 @@ Only `dense` supports dropout on the attention weights and returns the weights.
 
 Relative positions (`model.position`): 'rope' rotates q and k by their positions (`rotary`) before any
 implementation sees them; 'alibi' is a rule on scores, `ScoreModifier`, which every implementation
-applies to each tile it computes from the tile's query and key positions.
+applies to each tile it computes from the tile's query and key positions. So is `model.causal` (query
+i sees keys j <= i only), which blockwise and local also use to skip what it masks.
 """
 from __future__ import annotations
 
@@ -78,9 +79,13 @@ class ScoreModifier:
   as an L×L array. Frozen, hence hashable: blockwise's custom VJP takes it as a static argument.
 
   alibi: per-head slopes m_h (`alibi_slopes`); query i's score for key j gets −m_h·|i − j| (Press et
-    al.'s bidirectional form). () for none.
+    al.'s bidirectional form; with `causal` only j <= i remain: the usual one-sided −m_h·(i − j)).
+    () for none.
+  causal: query i sees keys j <= i only. Blockwise also skips the block pairs it rules out
+    (`_block_pairs`) and local drops the next block from each window.
   """
   alibi: tuple[float, ...] = ()
+  causal: bool = False
 
   def bias(self, q_pos, k_pos) -> jax.Array:
     """The additive part, [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck]; a
@@ -98,15 +103,22 @@ class ScoreModifier:
     """
     if self.alibi:
       scores = scores + self.bias(q_pos, k_pos)
-    return jnp.where(key_mask, scores, fill)
+    scores = jnp.where(key_mask, scores, fill)
+    if self.causal:
+      # -inf, after the padding `where`: a future key gets no weight even in a row whose keys are all
+      # padding, which is then uniform over the keys up to its own position.
+      past = jnp.asarray(k_pos)[..., None, :] <= jnp.asarray(q_pos)[..., :, None]
+      scores = jnp.where(past[..., None, :, :], scores, -jnp.inf)
+    return scores
 
 
 NO_MODIFIER = ScoreModifier()
 
 
 def score_modifier(cfg) -> ScoreModifier:
-  """The rule a ModelConfig's `position` puts on scores."""
-  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.position == "alibi" else ())
+  """The rule a ModelConfig's `position` and `causal` put on scores."""
+  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.position == "alibi" else (),
+                       causal=cfg.causal)
 
 
 # ------------------------------------------------------------------------------------------ dense
@@ -146,7 +158,9 @@ def _blocks(x, n: int, *, transposed: bool = False):
   that was a quarter of the backward pass at L=512).
   """
   batch, padded, heads, dim = x.shape
-  x = x.reshape(batch, n, padded // n, heads, dim)
+  # jnp: a caller's numpy array (a mask, a cotangent) would stay numpy here, and the block loops
+  # index their tiles with a traced block number.
+  x = jnp.asarray(x).reshape(batch, n, padded // n, heads, dim)
   return x.transpose((1, 0, 3, 4, 2) if transposed else (1, 0, 3, 2, 4))
 
 
@@ -159,7 +173,7 @@ def _unblocks(x, *, transposed: bool = False):
 
 def _mask_blocks(key_mask, n: int):
   """[B, n·c] → [n, B, c]."""
-  return jnp.moveaxis(key_mask.reshape(key_mask.shape[0], n, -1), 1, 0)
+  return jnp.moveaxis(jnp.asarray(key_mask).reshape(key_mask.shape[0], n, -1), 1, 0)
 
 
 def _fill_values(padded: int, length: int, block: int):
@@ -185,8 +199,23 @@ def _block_positions(padded: int, block: int):
   return jnp.arange(padded, dtype=jnp.int32).reshape(padded // block, block)
 
 
+def _block_pairs(n: int, causal: bool, *, key_major: bool = False):
+  """The (query block i, key block j) products to compute, as two [P] int32 arrays: all n² pairs, or
+  with causal attention those with j <= i, so a key block wholly in a query block's future costs no
+  product at all (static, so the saving is visible in the program: n(n+1)/2 of n² block pairs).
+
+  Query-major (each query block's key blocks in turn) or key-major. The order changes only float
+  rounding: every pair updates its own rows' accumulators, and the online softmax is order-free.
+  """
+  needed = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+  i, j = np.nonzero(needed) if not key_major else np.nonzero(needed.T)[::-1]
+  return jnp.asarray(i, jnp.int32), jnp.asarray(j, jnp.int32)
+
+
 def _flash_forward(q, k, v, key_mask, length: int, block: int, modifier):
-  """Online-softmax attention of pre-scaled q.
+  """Online-softmax attention of pre-scaled q, one block pair per step of a scan over
+  `_block_pairs` (query-major), each query block's running max, sum and output held in [n, ...]
+  accumulators.
 
   Returns out [B, Lp, H, D] and each query's running max and log-sum, both [n, B, H, c]. They are kept
   apart rather than summed into a logsumexp because for an all-padding row the max is finfo.min, which
@@ -194,34 +223,30 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int, modifier):
   """
   batch, padded, heads, dim = q.shape
   n = padded // block
+  q_b, k_t, v_b = _blocks(q, n), _blocks(k, n, transposed=True), _blocks(v, n)
+  masks, fills = _mask_blocks(key_mask, n), _fill_values(padded, length, block)
   positions = _block_positions(padded, block)
-  key_side = (_blocks(k, n, transposed=True), _blocks(v, n), _mask_blocks(key_mask, n),
-              _fill_values(padded, length, block), positions)
 
-  def query_chunk(_, xs):
-    qi, pi = xs
+  def pair(carry, ij):
+    m, l, acc = carry
+    i, j = ij
+    s = _block_scores(q_b[i], k_t[j], masks[j], fills[j], positions[i], positions[j], modifier)
+    m_new = jnp.maximum(m[i], s.max(-1))
+    # m starts at -inf but m_new is finite from a row's first block on (in every block pair each
+    # query sees at least one existing key, and causally at least its own position), so neither exp
+    # below ever sees inf - inf.
+    correction = jnp.exp(m[i] - m_new)
+    p = jnp.exp(s - m_new[..., None])
+    pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v_b.dtype), v_b[j],
+                    preferred_element_type=jnp.float32)
+    return (m.at[i].set(m_new), l.at[i].set(l[i] * correction + p.sum(-1)),
+            acc.at[i].set(acc[i] * correction[..., None] + pv)), None
 
-    def key_block(carry, xs):
-      m, l, acc = carry
-      kj_t, vj, mj, fj, pj = xs
-      s = _block_scores(qi, kj_t, mj, fj, pi, pj, modifier)
-      m_new = jnp.maximum(m, s.max(-1))
-      # m starts at -inf but m_new is finite from the first block on (each block holds at least one
-      # existing key), so neither exp below ever sees inf - inf.
-      correction = jnp.exp(m - m_new)
-      p = jnp.exp(s - m_new[..., None])
-      l = l * correction + p.sum(-1)
-      pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vj.dtype), vj, preferred_element_type=jnp.float32)
-      return (m_new, l, acc * correction[..., None] + pv), None
-
-    init = (jnp.full((batch, heads, block), -jnp.inf, jnp.float32),
-            jnp.zeros((batch, heads, block), jnp.float32),
-            jnp.zeros((batch, heads, block, dim), jnp.float32))
-    (m, l, acc), _ = jax.lax.scan(key_block, init, key_side)
-    return None, ((acc / l[..., None]).astype(q.dtype), (m, jnp.log(l)))
-
-  _, (out, stats) = jax.lax.scan(query_chunk, None, (_blocks(q, n), positions))
-  return _unblocks(out), stats
+  init = (jnp.full((n, batch, heads, block), -jnp.inf, jnp.float32),
+          jnp.zeros((n, batch, heads, block), jnp.float32),
+          jnp.zeros((n, batch, heads, block, dim), jnp.float32))
+  (m, l, acc), _ = jax.lax.scan(pair, init, _block_pairs(n, modifier.causal))
+  return _unblocks((acc / l[..., None]).astype(q.dtype)), (m, jnp.log(l))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
@@ -236,7 +261,8 @@ def _flash_fwd(q, k, v, key_mask, length, block, modifier):
 
 
 def _flash_bwd(length, block, modifier, residuals, d_out):
-  """FlashAttention-2's backward: one pass over key blocks, each over all query chunks.
+  """FlashAttention-2's backward over the forward's block pairs, key-major (a key block's dK and dV
+  tiles stay hot while its query blocks pass).
 
   dK and dV are accumulated transposed ([B, H, D, c]): dKᵀ = Qᵀ·dS and dVᵀ = dOᵀ·P then take the
   score tiles as they come, where dK = dSᵀ·Q would need every dS tile transposed.
@@ -248,37 +274,30 @@ def _flash_bwd(length, block, modifier, residuals, d_out):
   delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
   delta = jnp.moveaxis(delta.reshape(batch, heads, n, block), 2, 0)
   f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
-  # Made once, outside both loops: built inside the key loop they were re-copied every iteration.
+  # Every tile made once, outside the loop, in the layout its products consume.
+  q_b, q_t, do_b, do_t = (_blocks(q, n), _blocks(q, n, transposed=True), _blocks(d_out, n),
+                          _blocks(d_out, n, transposed=True))
+  k_b, k_t, v_t = _blocks(k, n), _blocks(k, n, transposed=True), _blocks(v, n, transposed=True)
+  masks, fills = _mask_blocks(key_mask, n), _fill_values(padded, length, block)
   positions = _block_positions(padded, block)
-  query_side = (_blocks(q, n), _blocks(q, n, transposed=True), _blocks(d_out, n),
-                _blocks(d_out, n, transposed=True), row_max, log_sum, delta, positions)
 
-  def key_block(dq, xs):
-    kj, kj_t, vj_t, mj, fj, pj = xs
+  def pair(carry, ij):
+    dq, dk_t, dv_t = carry
+    i, j = ij
+    s = _block_scores(q_b[i], k_t[j], masks[j], fills[j], positions[i], positions[j], modifier)
+    p = jnp.exp(s - row_max[i][..., None] - log_sum[i][..., None])
+    dv_t = dv_t.at[j].add(f32("bhdq,bhqk->bhdk", do_t[i], p.astype(do_t.dtype)))
+    dp = f32("bhqd,bhdk->bhqk", do_b[i], v_t[j])
+    # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
+    # whose keys are all padding at the zero gradient that dense gives them. The position bias
+    # is a constant too: dS is the gradient of the q·k part alone.
+    ds = jnp.where(masks[j][:, None, None, :], p * (dp - delta[i][..., None]), 0.0)
+    dk_t = dk_t.at[j].add(f32("bhdq,bhqk->bhdk", q_t[i], ds.astype(q_t.dtype)))
+    return (dq.at[i].add(f32("bhqk,bhkd->bhqd", ds.astype(k_b.dtype), k_b[j])), dk_t, dv_t), None
 
-    def query_chunk(carry, ys):
-      dk_t, dv_t = carry
-      qi, qi_t, doi, doi_t, mi, logli, deltai, pi = ys
-      s = _block_scores(qi, kj_t, mj, fj, pi, pj, modifier)
-      p = jnp.exp(s - mi[..., None] - logli[..., None])
-      dv_t = dv_t + f32("bhdq,bhqk->bhdk", doi_t, p.astype(doi_t.dtype))
-      dp = f32("bhqd,bhdk->bhqk", doi, vj_t)
-      # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
-      # whose keys are all padding at the zero gradient that dense gives them. The position bias
-      # is a constant too: dS is the gradient of the q·k part alone.
-      ds = jnp.where(mj[:, None, None, :], p * (dp - deltai[..., None]), 0.0)
-      dk_t = dk_t + f32("bhdq,bhqk->bhdk", qi_t, ds.astype(qi_t.dtype))
-      return (dk_t, dv_t), f32("bhqk,bhkd->bhqd", ds.astype(kj.dtype), kj)
-
-    zeros = jnp.zeros(kj_t.shape, jnp.float32)
-    (dk_t, dv_t), dqs = jax.lax.scan(query_chunk, (zeros, zeros), query_side)
-    return dq + dqs, (dk_t, dv_t)
-
-  dq0 = jnp.zeros((n, batch, heads, block, dim), jnp.float32)
-  dq, (dk_t, dv_t) = jax.lax.scan(
-      key_block, dq0, (_blocks(k, n), _blocks(k, n, transposed=True),
-                       _blocks(v, n, transposed=True), _mask_blocks(key_mask, n),
-                       _fill_values(padded, length, block), positions))
+  zeros_t = jnp.zeros(k_t.shape, jnp.float32)
+  init = (jnp.zeros(q_b.shape, jnp.float32), zeros_t, zeros_t)
+  (dq, dk_t, dv_t), _ = jax.lax.scan(pair, init, _block_pairs(n, modifier.causal, key_major=True))
   return (_unblocks(dq).astype(q.dtype), _unblocks(dk_t, transposed=True).astype(k.dtype),
           _unblocks(dv_t, transposed=True).astype(v.dtype), None)
 
@@ -326,10 +345,12 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
 def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
                     block_size: int, dropout_fn: Callable | None = None,
                     modifier: ScoreModifier = NO_MODIFIER) -> tuple[jax.Array, None]:
-  """Block-local attention: query block i sees key blocks i-1, i and i+1 (padded keys excluded).
+  """Block-local attention: query block i sees key blocks i-1, i and i+1 (padded keys excluded); a
+  causal one i-1 and i, the future part of block i masked.
 
-  Scores are [B, L/block, H, block, 3·block]: linear in L, never L×L. A query that sees no real key
-  in its window averages the values of its window uniformly. No attention dropout; weights=None.
+  Scores are [B, L/block, H, block, 3·block] (2·block causal): linear in L, never L×L. A query that
+  sees no real key in its window averages the values of its window uniformly. No attention dropout;
+  weights=None.
   """
   _no_dropout("local", dropout_fn)
   if block_size <= 0:
@@ -342,23 +363,25 @@ def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
     # windows' wasted edge slots. (Rows without a real key agree too: uniform over all L keys.)
     return dense_attention(q, k, v, key_mask, modifier=modifier)[0], None
   padded = n * block
+  # A causal query's next block is all future: leaving it out saves a third of the window.
+  offsets = (-1, 0) if modifier.causal else (-1, 0, 1)
 
   def windows(x):
-    """[B, Lp, ...] → [B, n, 3·block, ...]: each block's previous, own and next block."""
+    """[B, Lp, ...] → [B, n, len(offsets)·block, ...]: each block's neighbours at `offsets`."""
     x = x.reshape(batch, n, block, *x.shape[2:])
     x = jnp.pad(x, [(0, 0), (1, 1)] + [(0, 0)] * (x.ndim - 2))
-    return jnp.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
+    return jnp.concatenate([x[:, 1 + o:n + 1 + o] for o in offsets], axis=2)
 
   q = _pad_length(q * dim ** -0.5, padded).reshape(batch, n, block, heads, dim)
   k, v = windows(_pad_length(k, padded)), windows(_pad_length(v, padded))
   mask = windows(_pad_length(key_mask, padded, False))
-  # Static [n, 3·block]: masked window slots score `_MASKED` as in dense, but slots outside the
-  # sequence (before the start, past the end, our length padding) -inf, so that they never get weight,
-  # not even in an all-padding row. The windowed mask is False in those slots, so one `where` does it.
+  # Static [n, window] key positions. Masked window slots score `_MASKED` as in dense, but slots
+  # outside the sequence (before the start, past the end, our length padding) -inf, so that they never
+  # get weight, not even in an all-padding row. The windowed mask is False in those slots, so one
+  # `where` does it.
   position = np.arange(-block, padded + block).reshape(n + 2, block)
-  fill = np.where((position >= 0) & (position < length), _MASKED, -np.inf).astype(np.float32)
-  fill = np.concatenate([fill[:-2], fill[1:-1], fill[2:]], axis=1)
-  k_pos = np.concatenate([position[:-2], position[1:-1], position[2:]], axis=1)  # [n, 3·block]
+  k_pos = np.concatenate([position[1 + o:n + 1 + o] for o in offsets], axis=1)
+  fill = np.where((k_pos >= 0) & (k_pos < length), _MASKED, -np.inf).astype(np.float32)
 
   s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
   s = modifier.apply(s, position[1:-1], k_pos, mask[:, :, None, None, :],
@@ -379,9 +402,10 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   cuDNN takes padding as per-example key lengths, so real tokens must form a prefix of each row
   (trailing padding, as SequenceModel's inputs have); a mask with holes would be misread. cuDNN runs in
   float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32. An
-  example with no real key gets dense's answer (the mean of all values). ALiBi goes in as cuDNN's
-  `bias` operand, [1, H, L, L] in the compute dtype: the simple way, an L×L array, and untested here
-  (no GPU in the test runs).
+  example with no real key gets dense's answer (the mean of all values; causal: of the values up to
+  each query). ALiBi goes in as cuDNN's `bias` operand, [1, H, L, L] in the compute dtype, and the
+  causal mask as `is_causal`: the simple way (the bias an L×L array), untested here (no GPU in the
+  test runs).
   """
   _no_dropout("cudnn", dropout_fn)
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
@@ -389,12 +413,22 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   position = np.arange(q.shape[1])
   bias = modifier.bias(position, position)[None].astype(dtype) if modifier.alibi else None
   # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
-  # examples run with one key and are then replaced by dense's answer: the uniform mean of all values.
+  # examples run with one key and are then replaced by dense's answer (`_uniform_rows`).
   out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias,
+                                     is_causal=modifier.causal,
                                      key_value_seq_lengths=jnp.maximum(lengths, 1),
                                      implementation="cudnn")
   empty = (lengths == 0)[:, None, None, None]
-  return jnp.where(empty, v.mean(axis=1, keepdims=True), out.astype(q.dtype)), None
+  return jnp.where(empty, _uniform_rows(v, modifier.causal), out.astype(q.dtype)), None
+
+
+def _uniform_rows(v, causal: bool):
+  """Dense's output for an example without a real key: the mean of all values, or causally of the
+  values up to each query, [B, L or 1, H, D]."""
+  if not causal:
+    return v.mean(axis=1, keepdims=True)
+  counts = jnp.arange(1, v.shape[1] + 1, dtype=jnp.float32)[None, :, None, None]
+  return (jnp.cumsum(v.astype(jnp.float32), axis=1) / counts).astype(v.dtype)
 
 
 # ------------------------------------------------------------------------------------------ dispatch

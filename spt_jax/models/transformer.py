@@ -77,6 +77,7 @@ class ModelConfig:
   dtype: str = "float32"          # compute dtype: float32 or bfloat16 (parameters stay float32)
   attention: str = "auto"         # one of attention.IMPLEMENTATIONS
   attention_block_size: int = 512
+  causal: bool = False            # query i attends to keys j <= i only (a causal LM's encoder)
   remat: str = "none"             # 'layer': recompute each layer in the backward pass, for memory
   pair_features: str = "uvmd"     # retrieval head: 'uvmd' = [u, v, u*v, u-v], 'uv' = LRA's [u, v]
   classifier: str = "linear"      # 'linear' or 'mlp' (Dense(d_model), activation, Dense(classes))
@@ -154,6 +155,9 @@ def validate_section(m) -> None:
     raise ValueError(f"config.model.position='rope' rotates channel pairs: the head dimension "
                      f"config.model.d_model / config.model.num_heads = {m.d_model // m.num_heads} "
                      f"must be even.")
+  if m.causal and m.pooling == "cls":
+    raise ValueError("config.model.causal=True with config.model.pooling='cls': the CLS token at "
+                     "position 0 would see only itself; use pooling='last' or 'mean'.")
   if not 0 <= m.dropout_rate < 1:
     raise ValueError(f"config.model.dropout_rate={m.dropout_rate} must be in [0, 1).")
   if m.dropout_rate > 0 and m.attention not in ("dense", "auto"):
