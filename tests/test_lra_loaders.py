@@ -394,8 +394,9 @@ def test_missing_tfds_dataset_says_how_to_prepare(tmp_path, load, name):
   assert "not prepared" in message and str(tmp_path) in message and "data_dir" in message
 
 
-def test_tfrecord_prepared_dataset_says_to_convert(tfds_dir, tmp_path):
-  # A TFRecord copy, as `tfds build` writes by default: only its metadata needs to say so.
+def test_tfrecord_dataset_without_its_shards_is_refused_with_the_remedy(tfds_dir, tmp_path):
+  # Metadata that says TFRecord (read by spt_jax/data/tfrecord.py) over array_record shards only:
+  # the TFRecord shards it names are missing, which the error says, with the two ways out.
   shutil.copytree(os.path.join(tfds_dir, "imdb_reviews"), tmp_path / "imdb_reviews")
   info = tmp_path / "imdb_reviews" / "plain_text" / "1.0.0" / "dataset_info.json"
   info.write_text(info.read_text().replace('"array_record"', '"tfrecord"'))
