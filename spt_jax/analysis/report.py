@@ -85,7 +85,7 @@ class Phase:
   directory: str
   records: list
   metric: str
-  masked: bool  # a masked-prediction (SPT) phase: its train records carry the mask rate
+  objective: str  # config.<phase>.objective (from the phase's config.json), or inferred
   best_step: int | None
   best_from_test: bool  # the best step is the test record's (the trainer's selection)
   test: dict | None
@@ -96,6 +96,10 @@ class Phase:
 
   def train(self, metric: str) -> dict[int, float]:
     return curve(self.records, "train", metric)
+
+  @property
+  def masked(self) -> bool:
+    return self.objective == "mlm"
 
   @property
   def metric_label(self) -> str:
@@ -121,10 +125,21 @@ def read_phase(directory: str) -> Phase:
     best_step, from_test = max(val, key=lambda s: (val[s], -s)), False
   else:
     best_step, from_test = None, False
-  masked = any("mask_rate" in r for r in records if r["split"] == "train")
   last = max((r["step"] for r in records if r["split"] in ("train", "val")), default=0)
-  return Phase(os.path.basename(os.path.normpath(directory)), directory, records, metric, masked,
+  name = os.path.basename(os.path.normpath(directory))
+  return Phase(name, directory, records, metric, phase_objective(directory, name, records),
                best_step, from_test, test, last)
+
+
+def phase_objective(directory: str, name: str, records) -> str:
+  """The phase's objective from the config.json the trainer writes when the phase starts (so a
+  killed run has it too); without one (metrics.jsonl copied alone), what the records show: masked
+  prediction logs its mask rate."""
+  try:
+    with open(os.path.join(directory, "config.json")) as f:
+      return json.load(f)[name]["objective"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return "mlm" if any("mask_rate" in r for r in records if r["split"] == "train") else ""
 
 
 # ------------------------------------------------------------------------------------- drawing
@@ -161,8 +176,12 @@ def _axes_finish(ax, ylabel: str) -> None:
     ax.legend(fontsize=8, loc="best", framealpha=0.85)
 
 
+PHASE_KINDS = {"mlm": "masked-prediction pretraining", "clm": "causal-LM pretraining",
+               "composite": "composite pretraining", "classification": "supervised training"}
+
+
 def phase_title(phase: Phase, run: str) -> str:
-  kind = "masked-prediction pretraining" if phase.masked else "supervised training"
+  kind = PHASE_KINDS.get(phase.objective, phase.objective or "training")
   status = ("finished" if phase.test is not None else
             f"no test record yet (stopped or running at step {phase.last_step:,})")
   return f"{run} / {phase.name}: {kind}, {status}"
