@@ -602,3 +602,41 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path):
                                                if k != PROBE}}
   with pytest.raises(ValueError, match="probe_optimizer='own'"):
     grap_alignment.measure(config, "pretrain", own, num_batches=1)
+
+
+# ---------------------------------------------------------------------------------------- sweeps
+def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_path):
+  """Every run of the prepared sweeps builds a valid config; every override survives the JSON round
+  trip of run_spec.json (so a re-invoked sweep recognises its runs); the comparison reruns the 3
+  search settings best on validation (never test), read from the search's results.json."""
+  from spt_jax import config_lib, sweep
+  search = config_lib.load_config("configs/sweeps/grap_compare.py:markov,search")
+  assert len(search.runs) == 12 and search.seeds == (0,)
+  rows = [{"run": f"search_{i:02d}", "finetune.best_val.accuracy_mean": v,
+           "finetune.test_of_best.accuracy_mean": 1 - v}
+          for i, v in enumerate([0.3, 0.9, 0.5, 0.8, 0.1, 0.7, 0.2, 0.6, 0.4, 0.05, 0.15, 0.25])]
+  os.makedirs(tmp_path / "markov_search")
+  with open(tmp_path / "markov_search" / "results.json", "w") as f:
+    json.dump(rows, f)
+  compare = config_lib.load_config(f"configs/sweeps/grap_compare.py:markov,from={tmp_path}")
+  names = [sweep.parse_run(r)[0] for r in compare.runs]
+  assert names == ["grap", "raw_sum", "equal_norm", "search_01", "search_03", "search_05", "spt",
+                   "scratch"]
+  with pytest.raises(FileNotFoundError, match="run the search first"):
+    config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
+  sweeps = [search, compare, config_lib.load_config("configs/sweeps/grap_compare.py:count,labels"),
+            config_lib.load_config("configs/sweeps/grap_redundancy.py")]
+  for sw in sweeps:
+    sweep.check_sweep(sw)
+    for spec in sw.runs:
+      name, overrides = sweep.parse_run(spec)
+      assert json.loads(json.dumps(overrides)) == overrides, (name, overrides)
+      config = config_lib.load_config(overrides["config"])
+      sweep.apply_overrides(config, {k: v for k, v in overrides.items() if k != "config"})
+      config_lib.validate(config, 1)
+      if name.startswith("search_"):
+        assert config.pretrain.composite.weighting == "fixed"
+        assert all(0.01 <= w <= 1 for w in config.pretrain.composite.fixed_weights)
+  assert len(sweeps[-1].runs) == 4 and sweeps[-1].seeds == (0, 1, 2, 3, 4)
+  with pytest.raises(ValueError, match="fixed= gives 2 weights"):
+    config_lib.load_config("configs/sweeps/grap_arms.py:count,msr,fixed=0.1/0.2")

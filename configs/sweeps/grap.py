@@ -1,11 +1,14 @@
-r"""Composite SPT on the synthetic task: GraP weights vs uniform weights (and plain SPT), over seeds.
+r"""Composite SPT on the synthetic (adjacency) task: GraP weights vs the raw-sum baseline (and plain
+SPT), over seeds: the documented negative result (docs/grap.md), where a pooled probe reads nothing.
 
   python -m spt_jax.sweep --config=configs/sweeps/grap.py:cpu --workdir=runs/sweep_grap_cpu
   python -m spt_jax.sweep --config=configs/sweeps/grap.py --workdir=runs/sweep_grap
 
-Runs: `grap` (configs/synthetic_grap.py), `uniform` (configs/synthetic_uniform.py), both composite
-(mlm, span, contrastive, random) pretraining then the same fine-tuning; `spt` is plain masked-token
-SPT (configs/synthetic_spt.py) for reference. `cpu` uses each config's cpu variant (5 pretraining
+Runs: `grap` (configs/synthetic_grap.py), `uniform` (configs/synthetic_uniform.py: weighting
+'raw_sum', the plain sum of the losses), both composite (mlm, span, contrastive, random) pretraining
+then the same fine-tuning; `spt` is plain masked-token SPT (configs/synthetic_spt.py) for reference.
+Issue 18's sweeps on tasks whose label a probe can read: configs/sweeps/grap_redundancy.py and
+configs/sweeps/grap_compare.py. `cpu` uses each config's cpu variant (5 pretraining
 epochs, 1500 fine-tuning steps). Metric: fine-tune test accuracy of the best validation checkpoint.
 """
 from spt_jax.config_lib import sweep_config

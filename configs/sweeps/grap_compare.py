@@ -1,0 +1,113 @@
+r"""Issue 18, acceptance 3 and 4: GraP against the baselines and a random weight search, at equal
+fine-tune budget, and GraP's label-leakage ablation. Three stages per task (`count` or `markov`),
+all in ONE workdir so that stages share runs (the sweep runner's run_spec.json keeps that safe):
+
+  W=runs/grap_compare
+  python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov,search --workdir=$W
+  python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov --workdir=$W
+  python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov,labels --workdir=$W
+  (the same with `count`; the second stage reads the first's $W/markov_search/results.json: give
+  `from=<W>` in the variant, e.g. `:markov,from=/abs/W`, when W is not runs/grap_compare)
+
+search   the random search: 12 settings of fixed weights on the raw losses (mlm, span, contrastive,
+         random), each drawn log-uniform in [0.01, 1] (numpy default_rng(18), listed in SEARCH),
+         seed 0 only; output $W/<task>_search
+(none)   the comparison, seeds 0-2: GraP (defaults), raw_sum and equal_norm (the two uniform
+         baselines), the 3 search settings with the best seed-0 fine-tune validation accuracy rerun
+         (their seed-0 runs are the search's; "best fixed" is the best of them on mean validation
+         accuracy), plain masked-token SPT (the composite with mlm alone) and fine-tuning from
+         scratch; output $W/<task>_compare
+labels   GraP with the probe's labels from the first 100% ('grap', the comparison's run), 10% and
+         1% of the training set, seeds 0-2; output $W/<task>_labels
+smoke    with any stage: the smoke sizes, seed 0, one new run (the checks that the stages run)
+
+Every arm pretrains 2,500 steps and fine-tunes 1,500 (count: configs/synthetic_grap.py:count with
+the fine-tune cut to 1,500 steps; markov: configs/markov_grap.py), built by
+configs/sweeps/grap_arms.py from the loss set (mscr = mlm, span, contrastive, random) and the
+search's fixed weights. The compute to compare (one
+GraP run with its overhead against the search): the `pretrain.wall_time_sec` column, summed over the
+12 search runs plus the reruns, against GraP's per seed. Seeds can be raised with --config.seeds.
+"""
+import json
+import os
+
+import numpy as np
+
+from spt_jax.config_lib import REPO_ROOT, parse_variants, sweep_config
+
+# Runs name their loss set and fixed weights in configs/sweeps/grap_arms.py's variant (its
+# docstring says why); the other overrides are scalars.
+ARMS = "configs/sweeps/grap_arms.py"
+TASKS = {"count": " finetune.num_steps=1500", "markov": ""}  # fine-tune 1,500 steps in both
+# 12 weight settings, one weight per loss of LOSSES, log-uniform in [0.01, 1].
+SEARCH = tuple(tuple(float(f"{w:.3g}") for w in row)
+               for row in 10 ** np.random.default_rng(18).uniform(-2, 0, (12, 4)))
+SELECT = "finetune.best_val.accuracy"  # the search picks on validation, never on test
+METRICS = ("finetune.test_of_best.accuracy", SELECT, "pretrain.wall_time_sec",
+           "pretrain.steps_per_sec", "pretrain.grap.probe_val_accuracy", "pretrain.grap.applicable")
+LABEL_FRACTIONS = (0.1, 0.01)
+
+
+def _arms(task: str, smoke: bool) -> dict[str, str]:
+  """Run name → 'config=... overrides' of every arm this file can run on `task`."""
+  config = lambda losses, *more: (f"config={ARMS}:{','.join((task, losses, *more))}"
+                                  f"{',smoke' if smoke else ''}{TASKS[task]}")
+  base = config("mscr")
+  arms = {"grap": base, "raw_sum": f"{base} pretrain.composite.weighting=raw_sum",
+          "equal_norm": f"{base} pretrain.composite.weighting=equal_norm",
+          "spt": f"{config('mlm')} pretrain.composite.weighting=raw_sum",
+          "scratch": f"{base} phases=finetune finetune.init_from.source="}
+  for i, weights in enumerate(SEARCH):
+    arms[f"search_{i:02d}"] = config("mscr", f"fixed={'/'.join(map(str, weights))}")
+  for fraction in LABEL_FRACTIONS:
+    arms[f"labels_{fraction:g}"] = f"{base} pretrain.grap.label_fraction={fraction}"
+  return arms
+
+
+def _top_searches(task: str, workdir: str, count: int) -> list[str]:
+  path = os.path.join(workdir, f"{task}_search", "results.json")
+  if not os.path.isabs(path) and not os.path.exists(path):
+    path = os.path.join(REPO_ROOT, path)
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f"configs/sweeps/grap_compare.py:{task} reruns the best of the search, but {path} does not "
+        f"exist: run the search first (python -m spt_jax.sweep "
+        f"--config=configs/sweeps/grap_compare.py:{task},search --workdir={workdir}), or name its "
+        f"workdir with from=<W>.")
+  with open(path) as f:
+    rows = [r for r in json.load(f) if r.get(f"{SELECT}_mean") is not None]
+  rows.sort(key=lambda r: (-r[f"{SELECT}_mean"], r["run"]))
+  return [r["run"] for r in rows[:count]]
+
+
+def get_config(arg=None):
+  items = [a for a in (arg or "").split(",") if a]
+  options = dict(a.split("=", 1) for a in items if "=" in a)
+  if set(options) - {"from"}:
+    raise ValueError(f"configs/sweeps/grap_compare.py: unknown option(s) {sorted(options)}; "
+                     f"known: from=<workdir of the search>.")
+  variants = parse_variants(",".join(a for a in items if "=" not in a),
+                            (*TASKS, "search", "labels", "smoke"), __file__)
+  tasks = variants & set(TASKS)
+  if len(tasks) != 1 or {"search", "labels"} <= variants:
+    raise ValueError(f"configs/sweeps/grap_compare.py takes one task of {sorted(TASKS)} and at "
+                     f"most one of the stages 'search', 'labels', got {arg!r}.")
+  (task,) = tasks
+  smoke = "smoke" in variants
+  arms = _arms(task, smoke)
+  if "search" in variants:
+    stage, seeds = "search", (0,)
+    names = [n for n in arms if n.startswith("search_")]
+  elif "labels" in variants:
+    stage, seeds = "labels", (0, 1, 2)
+    names = ["grap"] + [f"labels_{f:g}" for f in LABEL_FRACTIONS]
+  else:
+    stage, seeds = "compare", (0, 1, 2)
+    top = _top_searches(task, options.get("from", "runs/grap_compare"), 1 if smoke else 3)
+    names = ["grap", "raw_sum", "equal_norm", *top, "spt", "scratch"]
+  if smoke:  # One new run: the search's first setting, GraP, or the smallest label fraction.
+    seeds = (0,)
+    names = {"search": names[:1], "labels": names[-1:], "compare": ["grap"] + names[3:4]}[stage]
+  return sweep_config(base=f"{ARMS}:{task},mscr", runs=[f"{n}: {arms[n]}" for n in names], seeds=seeds,
+                      metrics=METRICS, steps_to=0.0, output=f"{task}_{stage}",
+                      title=f"GraP issue 18 ({task}, {stage}): fine-tune test accuracy")
