@@ -173,6 +173,7 @@ def finished(run_dir: str, overrides: dict) -> bool:
 def check_run_spec(run_dir: str, spec: dict) -> None:
   """Records the spec a run directory is started with; another spec there is an error."""
   path = os.path.join(run_dir, RUN_SPEC)
+  spec = json.loads(json.dumps(spec))  # as it reads back: tuples (pattern overrides) become lists
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)

@@ -125,6 +125,10 @@ def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkey
 def test_sweeps_sharing_a_workdir_refuse_a_run_name_with_another_spec(tmp_path):
   run_dir = tmp_path / "spt" / "seed_0"
   sweep.check_run_spec(str(run_dir), {"overrides": {"config": "a.py"}, "seed": 0})
+  # The same spec again, with a pattern tuple (saved as a JSON list): the run's own, not a clash.
+  tupled = tmp_path / "tupled" / "seed_0"
+  for _ in range(2):
+    sweep.check_run_spec(str(tupled), {"overrides": {"finetune.freeze": ("qk", "mlp")}, "seed": 0})
   other = config_lib.sweep_config(base="b.py", seeds=(0,), title="t", runs=["spt:"])
   with pytest.raises(ValueError, match="holds a run started as .*a.py.* give the run another name"):
     sweep.run_sweep(other, str(tmp_path))
