@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -51,13 +52,23 @@ class Task:
   smoke: Callable[[Any], dict]
 
 
+def check_local(key: str, path: str) -> None:
+  """Data is read from local directories only: a URL (gs://...) is refused, never rewritten to a
+  local path (os.path.expanduser or abspath would make 'gs://b/x' the local '$PWD/gs:/b/x')."""
+  if path and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+    raise ValueError(f"{key}={path!r}: data is read from local directories only (reading "
+                     f"from a URL is not supported); copy it to a local directory and pass that.")
+
+
 def data_root(cfg, spec) -> str:
   """The user's data_dir, read as it is, or the cache directory generated data lives in.
 
   A user's directory is never written to: generating there could replace their files, and a
   mistyped path would silently train on generated data. The cache directory is named after every
-  generator setting, so variants never collide.
+  generator setting, so variants never collide. Both must be local (`check_local`).
   """
+  check_local("config.data.data_dir", cfg.data_dir)
+  check_local("config.data.cache_dir", cfg.cache_dir)
   if cfg.data_dir:
     return os.path.expanduser(cfg.data_dir)
   return os.path.join(os.path.expanduser(cfg.cache_dir), spec.cache_name())
@@ -88,3 +99,15 @@ def pixel_norm(cfg) -> dict:
 def pixel_kind(cfg) -> str:
   """The model's input kind for an image task's section: 'pixels' or 'tokens'."""
   return "pixels" if cfg.get("representation", "pixels") == "pixels" else "tokens"
+
+
+# The `smoke` variants' sizes that several tasks share: the phases of a generated token task's
+# smoke run, and the small model and short phases of the LRA tasks'.
+SMOKE_PHASE = dict(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
+                   checkpoint_every_steps=20)
+LRA_SMOKE_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64)
+
+
+def lra_smoke_phase(num_steps: int = 20, batch_size: int = 8) -> dict:
+  return dict(num_steps=num_steps, batch_size=batch_size, warmup_steps=2, log_every_steps=5,
+              eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)

@@ -15,7 +15,8 @@ import ml_collections
 import numpy as np
 
 from spt_jax.data import text
-from spt_jax.data.base import Task, TaskData, as_representation, pixel_kind, pixel_norm
+from spt_jax.data.base import (LRA_SMOKE_MODEL, Task, TaskData, as_representation,
+                               lra_smoke_phase, pixel_kind, pixel_norm)
 from spt_jax.data.vocab import BYTE_VOCAB
 
 TFDS_NAME = "cifar10"
@@ -107,7 +108,7 @@ def signature(cfg) -> dict:
 
 
 def smoke(cfg) -> dict:
-  return {"data": dict(), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64), "phase": dict(num_steps=20, batch_size=8, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+  return {"data": dict(), "model": LRA_SMOKE_MODEL, "phase": lra_smoke_phase()}
 
 
 TASK = Task("image", data_config, load, signature, smoke)

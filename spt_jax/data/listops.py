@@ -21,7 +21,7 @@ import numpy as np
 import tqdm
 
 from spt_jax.data import DATA_DIR_HINT
-from spt_jax.data.base import Task, TaskData, data_root
+from spt_jax.data.base import SMOKE_PHASE, Task, TaskData, data_root
 from spt_jax.data.vocab import PAD_ID, Vocabulary
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -418,8 +418,7 @@ def smoke(cfg) -> dict:
               num_train=512, num_val=128, num_test=128, min_length=16, max_length=128,
               max_depth=6, max_args=5)),
           "model": dict(num_layers=2, d_model=64, num_heads=4, d_ff=128),
-          "phase": dict(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
-                        checkpoint_every_steps=20)}
+          "phase": SMOKE_PHASE}
 
 
 TASK = Task("listops", data_config, load, signature, smoke)

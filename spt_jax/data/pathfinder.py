@@ -48,8 +48,8 @@ from PIL import ImageDraw
 import tqdm
 
 from spt_jax.data import DATA_DIR_HINT
-from spt_jax.data.base import (Task, TaskData, as_representation, data_root, pixel_kind,
-                               pixel_norm)
+from spt_jax.data.base import (LRA_SMOKE_MODEL, Task, TaskData, as_representation, data_root,
+                               lra_smoke_phase, pixel_kind, pixel_norm)
 from spt_jax.data.vocab import BYTE_VOCAB
 
 DIFFICULTIES = {"easy": "curv_baseline", "medium": "curv_contour_length_9",
@@ -1060,12 +1060,9 @@ def smoke(cfg) -> dict:
   pathx = cfg.resolution >= 128
   # Path-X: local attention windows of 3×256 keep the smoke run's 16k-token scores small (3×1024:
   # 0.8 GB).
-  model = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64,
-               **(dict(attention_block_size=256) if pathx else {}))
+  model = dict(LRA_SMOKE_MODEL, **(dict(attention_block_size=256) if pathx else {}))
   return {"data": dict(generator=dict(num_images=24 if pathx else 300, seed=0)), "model": model,
-          "phase": dict(num_steps=6 if pathx else 20, batch_size=2 if pathx else 8,
-                        warmup_steps=2, log_every_steps=5, eval_every_steps=10,
-                        checkpoint_every_steps=10, max_eval_batches=4)}
+          "phase": lra_smoke_phase(6, 2) if pathx else lra_smoke_phase()}
 
 
 TASK = Task("pathfinder", data_config, load, signature, smoke)

@@ -49,8 +49,10 @@ def train_batches(arrays: Mapping[str, np.ndarray], global_batch: int, *, seed: 
       epoch = step // per_epoch
       order = np.random.default_rng([seed, epoch]).permutation(n)
     offset = (step % per_epoch) * global_batch
-    # Sort the global batch, then slice: every process count sees the same global row order (so the
-    # same masks per row); sorted indices make the gathers contiguous.
+    # Sort the global batch, then slice: process i holds rows [i*B/P, (i+1)*B/P) of the one sorted
+    # batch, so the global array is the same row order for every process count (so the same masks
+    # per row) as long as the mesh lists the processes' devices in process order, which
+    # experiment.make_mesh guarantees. Sorted indices make the gathers contiguous.
     idx = np.sort(order[offset:offset + global_batch])[local]
     batch = {k: v[idx] for k, v in arrays.items()}
     batch["weights"] = np.ones(len(idx), np.float32)

@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from spt_jax.data import text
-from spt_jax.data.base import Task, TaskData
+from spt_jax.data.base import LRA_SMOKE_MODEL, Task, TaskData, lra_smoke_phase
 from spt_jax.data.vocab import BYTE_VOCAB
 
 SPLITS = ("train", "val", "test")
@@ -132,8 +132,8 @@ def signature(cfg) -> dict:
 
 def smoke(cfg) -> dict:
   # Batch 2: the bundled AAN fixture (tests/fixtures/lra_release) has 4 training pairs.
-  return {"data": dict(max_length=128), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64),
-          "phase": dict(num_steps=20, batch_size=2, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+  return {"data": dict(max_length=128), "model": LRA_SMOKE_MODEL,
+          "phase": lra_smoke_phase(batch_size=2)}
 
 
 TASK = Task("retrieval", data_config, load, signature, smoke)

@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 
 from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
-from spt_jax.data.base import Task, TaskData
+from spt_jax.data.base import SMOKE_PHASE, Task, TaskData
 
 SPLITS = ("train", "val", "test")
 
@@ -138,8 +138,7 @@ def signature(cfg) -> dict:
 
 def smoke(cfg) -> dict:
   return {"data": dict(synthetic=dict(num_train=512, num_val=128, num_test=128)),
-          "phase": dict(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every_steps=20,
-                        checkpoint_every_steps=20)}
+          "phase": SMOKE_PHASE}
 
 
 TASK = Task("synthetic", data_config, load, signature, smoke)

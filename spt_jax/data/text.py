@@ -23,7 +23,7 @@ import numpy as np
 
 from spt_jax.data import tfrecord
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
-from spt_jax.data.base import Task, TaskData
+from spt_jax.data.base import LRA_SMOKE_MODEL, Task, TaskData, lra_smoke_phase
 
 TFDS_NAME = "imdb_reviews"
 SPLITS = ("train", "val", "test")
@@ -171,8 +171,7 @@ def signature(cfg) -> dict:
 
 
 def smoke(cfg) -> dict:
-  return {"data": dict(max_length=256), "model": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64),
-          "phase": dict(num_steps=20, batch_size=8, warmup_steps=2, log_every_steps=5, eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)}
+  return {"data": dict(max_length=256), "model": LRA_SMOKE_MODEL, "phase": lra_smoke_phase()}
 
 
 TASK = Task("text", data_config, load, signature, smoke)
