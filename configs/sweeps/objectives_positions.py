@@ -7,7 +7,9 @@ ALiBi positions (SPT and scratch), 3 seeds, fine-tune steps to 90% validation an
 Every arm is the `cpu` variant of configs/synthetic_{spt,clm,scratch}.py (1-layer Transformer,
 5 SPT epochs, 1,500 fine-tuning steps at lr 5e-4; docs/synthetic_task.md) with only the named field
 changed: nothing was tuned for any arm. The fine-tuning phase is the same for every arm
-(bidirectional attention, mean pooling); the causal arm differs in its pretraining objective only.
+(bidirectional attention, mean pooling), so the causal arm differs in its pretraining objective
+only; the two `_causalft` arms fine-tune causally on the last position instead (Amos et al.'s
+causal setting), causal SPT against scratch with that same classifier.
 """
 from spt_jax.config_lib import sweep_config
 
@@ -23,5 +25,9 @@ def get_config(arg=None):
       if name == "causal" and position != "sinusoidal":
         continue  # the objective comparison is at the paper's (sinusoidal) positions
       runs.append(f"{name}_{position}: config={config} model.position={position}")
+  # Amos et al.'s causal setting: the classifier is causal too and reads the last position; with
+  # its own from-scratch baseline, since the fine-tuned architecture differs.
+  for name, config in (("causal", CLM), ("scratch", SCRATCH)):
+    runs.append(f"{name}_causalft: config={config} model.causal=True model.pooling=last")
   return sweep_config(base=SPT, runs=runs, seeds=(0, 1, 2),
                       title="Synthetic task: SPT objective and position encoding")
