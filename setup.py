@@ -8,12 +8,14 @@ setup(
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["spt_jax", "spt_jax.*"]),
-    python_requires=">=3.10",
+    # jax 0.10 needs Python >= 3.11 (TPU VM images ship 3.10: launch/tpu_pod.sh setup installs one).
+    python_requires=">=3.11",
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",
         "optax>=0.2.8",
         "orbax-checkpoint>=0.12",
+        "etils[epath]>=1.7",   # every workdir file, local or a gs:// URL
         "tensorflow-datasets>=4.9",
         "ml-collections>=1.1",
         "absl-py>=2.1",
@@ -25,6 +27,9 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8"],
+        # gs:// workdirs: gcsfs is etils.epath's way there (and so Orbax's), google-cloud-storage
+        # tensorboardX's and Orbax's bucket queries.
+        "gcs": ["gcsfs>=2024.2", "google-cloud-storage>=2.14"],
         # Benchmarks only: the PyTorch reference model (the CPU wheel these machines carry on disk).
         "bench": ["torch==2.13.0"],
     },
