@@ -16,6 +16,11 @@ from the host values at save time. Every restore of a latest checkpoint is check
 the state is used; a damaged one is reported and the previous one is tried. `params` is saved from host
 memory (no sharding recorded), so plain `orbax.checkpoint.StandardCheckpointer().restore(path)` reads
 it with no target on any device count (README: "Parameters and checkpoints").
+
+Paths: a checkpoint directory is local or any etils.epath URL (gs://); every access goes through
+epath, and Orbax is handed the same path (metric_writers.workdir_path: a URL as it is, a local path
+made absolute). On an object store Orbax writes a step under its final name and marks it complete with
+commit_success.txt, so a step directory counts only once Orbax calls it finalized.
 """
 from __future__ import annotations
 
@@ -23,8 +28,6 @@ import contextlib
 import io
 import json
 import os
-import pathlib
-import shutil
 import sys
 import time
 import zlib
@@ -34,8 +37,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 
 from spt_jax import faults, tree
+from spt_jax.metric_writers import workdir_path
 
 LATEST, BEST, INIT = "latest", "best", "init"
 KINDS = (BEST, LATEST, INIT)
@@ -142,13 +147,22 @@ def verify_leaves(host_tree, expected: dict[str, int], where: str) -> None:
 # Items are read with their handlers, not a Checkpointer: a Checkpointer expects the step's own
 # _CHECKPOINT_METADATA inside the item directory and warns on every read that it is missing.
 def _read_json_item(directory: str):
-  return ocp.JsonCheckpointHandler().restore(pathlib.Path(os.path.abspath(directory)))
+  return ocp.JsonCheckpointHandler().restore(workdir_path(directory))
+
+
+def _join(*parts) -> str:
+  """os.path.join for local paths and URLs alike (it never normalises, so gs:// stays gs://)."""
+  return os.fspath(epath.Path(os.fspath(parts[0])).joinpath(*map(str, parts[1:])))
+
+
+def _isdir(path) -> bool:
+  return workdir_path(path).is_dir()
 
 
 def read_checksums(step_dir: str) -> dict | None:
   """The checksums item of a step directory; None when it has none (not written by spt_jax)."""
-  path = os.path.join(step_dir, CHECKSUMS)
-  if not os.path.isdir(path):
+  path = _join(step_dir, CHECKSUMS)
+  if not _isdir(path):
     return None
   try:
     sums = _read_json_item(path)
@@ -163,15 +177,15 @@ def read_checksums(step_dir: str) -> dict | None:
 def _manager(directory: str, *, keep: int | None = None) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                          cleanup_tmp_directories=True)
-  return ocp.CheckpointManager(os.path.abspath(directory), options=options)
+  return ocp.CheckpointManager(workdir_path(directory), options=options)
 
 
 def item_abstract(item_dir: str, sharding=None) -> Any:
   """ShapeDtypeStructs of a saved StandardCheckpointer item, read from its metadata (no array I/O)."""
-  if not os.path.isdir(item_dir):
+  if not _isdir(item_dir):
     raise FileNotFoundError(f"No checkpoint item at {item_dir}.")
   try:
-    meta = ocp.StandardCheckpointHandler().metadata(pathlib.Path(os.path.abspath(item_dir))).tree
+    meta = ocp.StandardCheckpointHandler().metadata(workdir_path(item_dir)).tree
   except Exception as e:  # Orbax raises several types for "not a checkpoint"; name the path instead.
     raise DamagedCheckpointError(item_dir, f"not a readable Orbax checkpoint item ({_short(e)})"
                                  ) from None
@@ -184,25 +198,28 @@ def item_abstract(item_dir: str, sharding=None) -> Any:
 def restore_item(item_dir: str, abstract=None, sharding=None):
   """Restores one params-like item; without `abstract` the saved shapes/dtypes are used. An item
   written by spt_jax is verified against its step's checksums (DamagedCheckpointError on damage)."""
-  step_dir = os.path.dirname(os.path.abspath(item_dir))
-  sums = read_checksums(step_dir)
+  item = workdir_path(item_dir)
+  sums = read_checksums(os.fspath(item.parent))
   if abstract is None:
     abstract = item_abstract(item_dir, sharding)
   try:
-    restored = ocp.StandardCheckpointHandler().restore(
-        pathlib.Path(os.path.abspath(item_dir)), args=ocp.args.StandardRestore(abstract))
+    restored = ocp.StandardCheckpointHandler().restore(item, args=ocp.args.StandardRestore(abstract))
   except Exception as e:
     raise DamagedCheckpointError(item_dir, f"unreadable ({_short(e)})") from None
-  name = os.path.basename(os.path.normpath(item_dir))
+  name = item.name
   if sums is not None and name in sums["arrays"]:
     verify_leaves(jax.tree.map(host_copy, restored), sums["arrays"][name], item_dir)
   return restored
 
 
 def _step_dirs(directory: str) -> list[int]:
-  if not os.path.isdir(directory):
+  """The finalized step directories under `directory` (an unfinished one on an object store has
+  its final name already)."""
+  path = workdir_path(directory)
+  if not path.is_dir():
     return []
-  return sorted(int(s) for s in os.listdir(directory) if s.isdigit())
+  return sorted(int(p.name) for p in path.iterdir()
+                if p.name.isdigit() and ocp.path.step.is_path_finalized(p))
 
 
 class PhaseCheckpoints:
@@ -210,15 +227,15 @@ class PhaseCheckpoints:
 
   def __init__(self, directory: str):
     self.directory = directory
-    self._latest = _manager(os.path.join(directory, LATEST), keep=KEEP_LATEST)
+    self._latest = _manager(_join(directory, LATEST), keep=KEEP_LATEST)
     # Best and init are pruned here, not by Orbax: see _prune_best.
-    self._best = _manager(os.path.join(directory, BEST))
-    self._init = _manager(os.path.join(directory, INIT))
+    self._best = _manager(_join(directory, BEST))
+    self._init = _manager(_join(directory, INIT))
     self._best_named: dict[int, int | None] = {}  # latest step → the best step its meta names
     self._current_best: int | None = None
 
   def _path(self, kind: str, step: int) -> str:
-    return os.path.join(self.directory, kind, str(step))
+    return _join(self.directory, kind, step)
 
   # ---- latest: full training state
   def latest_steps(self) -> list[int]:
@@ -228,7 +245,7 @@ class PhaseCheckpoints:
     return self._latest.latest_step()
 
   def latest_params_dir(self) -> str:
-    return os.path.join(self._path(LATEST, self.latest_step()), "params")
+    return _join(self._path(LATEST, self.latest_step()), "params")
 
   def save_latest(self, step: int, params, opt_state, meta: dict) -> None:
     # One save at a time across this phase's managers: Orbax names its multi-process "async write
@@ -250,10 +267,10 @@ class PhaseCheckpoints:
     attempt (e.g. a deletion cut short): the run recomputes it, so it goes, instead of failing the
     save with Orbax's StepAlreadyExistsError."""
     path = self._path(kind, step)
-    if os.path.exists(path):
+    if workdir_path(path).exists():
       logging.warning("Replacing %s, left by an interrupted run; this run recomputes it.", path)
       if jax.process_index() == 0:
-        shutil.rmtree(path)
+        workdir_path(path).rmtree()
       if jax.process_count() > 1:
         ocp.multihost.sync_global_processes(f"spt_jax_clear_{kind}_{step}")
       (self._latest if kind == LATEST else self._best).reload()
@@ -263,7 +280,7 @@ class PhaseCheckpoints:
     sums = read_checksums(where)
     if sums is None:
       raise DamagedCheckpointError(where, "no checksums item (unverifiable)")
-    meta_dir = os.path.join(where, "meta")
+    meta_dir = _join(where, "meta")
     try:
       meta = _read_json_item(meta_dir)
     except Exception as e:
@@ -278,7 +295,7 @@ class PhaseCheckpoints:
     if meta["step"] != step:
       raise DamagedCheckpointError(meta_dir, f"says step {meta['step']}, its directory {step}")
     # A shape mismatch is a config problem, not damage: it is raised as it is.
-    tree.check_compatible(params, item_abstract(os.path.join(where, "params")),
+    tree.check_compatible(params, item_abstract(_join(where, "params")),
                           expected_name="the configured model", found_name=f"checkpoint {where}")
     abstract = lambda t: jax.tree.map(ocp.utils.to_shape_dtype_struct, t)
     try:
@@ -289,7 +306,7 @@ class PhaseCheckpoints:
       raise DamagedCheckpointError(where, f"unreadable ({_short(e)})") from None
     for name in ("params", "opt_state"):
       verify_leaves(jax.tree.map(host_copy, restored[name]), sums["arrays"].get(name, {}),
-                    os.path.join(where, name))
+                    _join(where, name))
     return restored["params"], restored["opt_state"], meta
 
   def restore_latest(self, params, opt_state):
@@ -313,9 +330,10 @@ class PhaseCheckpoints:
       return step, params_, opt_state_, meta
     lines = "\n  ".join(f"{e.path}: {e.reason}" for _, e in damaged)
     raise DamagedCheckpointError(
-        os.path.join(self.directory, LATEST),
+        _join(self.directory, LATEST),
         f"no intact latest checkpoint to resume from:\n  {lines}\nTo start this phase over, move "
-        f"{os.path.dirname(self.directory)} away (or use a new --workdir) and run the same command.")
+        f"{os.fspath(epath.Path(self.directory).parent)} away (or use a new --workdir) and run the "
+        f"same command.")
 
   def _quarantine(self, steps) -> None:
     """Moves damaged latest steps aside: kept for inspection, never in the way of a new save."""
@@ -323,13 +341,14 @@ class PhaseCheckpoints:
     if not steps:
       return
     if jax.process_index() == 0:
-      os.makedirs(os.path.join(self.directory, DAMAGED), exist_ok=True)
+      damaged = workdir_path(self.directory) / DAMAGED
+      damaged.mkdir(parents=True, exist_ok=True)
       for step in steps:
-        target = os.path.join(self.directory, DAMAGED, f"latest_{step}")
+        target = damaged / f"latest_{step}"
         suffix = 1
-        while os.path.exists(target):
-          target, suffix = os.path.join(self.directory, DAMAGED, f"latest_{step}.{suffix}"), suffix + 1
-        os.rename(self._path(LATEST, step), target)
+        while target.exists():
+          target, suffix = damaged / f"latest_{step}.{suffix}", suffix + 1
+        workdir_path(self._path(LATEST, step)).rename(target)
         logging.warning("Moved the damaged checkpoint %s to %s.", self._path(LATEST, step), target)
     if jax.process_count() > 1:
       ocp.multihost.sync_global_processes("spt_jax_quarantine")
@@ -347,7 +366,7 @@ class PhaseCheckpoints:
   # ---- best: parameters only
   def best(self, step: int) -> dict:
     """The validation metrics saved with best checkpoint `step`."""
-    where = os.path.join(self._path(BEST, step), "meta")
+    where = _join(self._path(BEST, step), "meta")
     try:
       meta = _read_json_item(where)
     except Exception as e:
@@ -358,7 +377,7 @@ class PhaseCheckpoints:
     return meta
 
   def best_params_dir(self, step: int) -> str:
-    return os.path.join(self._path(BEST, step), "params")
+    return _join(self._path(BEST, step), "params")
 
   def save_best(self, step: int, params, metrics: dict) -> None:
     self.wait()
@@ -396,7 +415,7 @@ class PhaseCheckpoints:
   def existing(self) -> list[str]:
     """The best and init step directories (what a phase starting from step 0 sits next to)."""
     return [self._path(k, s) for k in (BEST, INIT)
-            for s in _step_dirs(os.path.join(self.directory, k))]
+            for s in _step_dirs(_join(self.directory, k))]
 
   def _managers(self):
     return (self._latest, self._best, self._init)
@@ -422,28 +441,28 @@ def resolve_params_dir(path: str, checkpoint: str = BEST) -> str:
   `checkpoint` is `best`, `latest`, `init` or a step number; it applies when `path` is a phase directory.
   """
   check_checkpoint_name(checkpoint)
-  if not os.path.exists(path):
+  if not workdir_path(path).exists():
     raise FileNotFoundError(f"Checkpoint path {path} does not exist.")
-  candidates = [path, os.path.join(path, "params")]
-  if os.path.isdir(os.path.join(path, "checkpoints")):
-    path = os.path.join(path, "checkpoints")
+  candidates = [path, _join(path, "params")]
+  if _isdir(_join(path, "checkpoints")):
+    path = _join(path, "checkpoints")
   kind = checkpoint if checkpoint in KINDS else LATEST
-  if os.path.isdir(os.path.join(path, kind)):
-    steps = _step_dirs(os.path.join(path, kind))
+  if _isdir(_join(path, kind)):
+    steps = _step_dirs(_join(path, kind))
     if checkpoint not in KINDS:
       wanted = int(checkpoint)
       # A specific step may survive in any of the directories.
       for k in KINDS:
-        d = os.path.join(path, k, str(wanted), "params")
-        if os.path.isdir(d):
+        d = _join(path, k, wanted, "params")
+        if _isdir(d):
           return d
       raise FileNotFoundError(f"No step {wanted} under {path} (latest: {steps}).")
     if not steps:
-      raise FileNotFoundError(f"No finished {kind} checkpoint under {os.path.join(path, kind)}.")
-    candidates.insert(0, os.path.join(path, kind, str(steps[-1]), "params"))
+      raise FileNotFoundError(f"No finished {kind} checkpoint under {_join(path, kind)}.")
+    candidates.insert(0, _join(path, kind, steps[-1], "params"))
   for c in candidates:
-    if os.path.isfile(os.path.join(c, "_METADATA")) or os.path.isfile(
-        os.path.join(c, "_sharding")) or os.path.isfile(os.path.join(c, "manifest.ocdbt")):
+    if any(workdir_path(_join(c, marker)).is_file()
+           for marker in ("_METADATA", "_sharding", "manifest.ocdbt")):
       return c
   raise ValueError(
       f"{path} is not an Orbax parameter checkpoint: expected a phase directory (with checkpoints/"

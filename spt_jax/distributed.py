@@ -13,14 +13,27 @@ other processes log warnings and errors only.
 
 Splitting one CPU host into per-core devices instead (main.py --cpu_devices) is platform set-up:
 spt_jax/platform.py.
+
+Stopping: SIGTERM (a TPU VM's preemption notice, SLURM's --signal, `launch/tpu_pod.sh stop`,
+launch/local.sh passing on its own) makes a training loop save its latest checkpoint and the process
+exit 0 (`Stopped`); the same command resumes from there. Multi-process, XLA's preemption notifier owns
+SIGTERM once jax.distributed.initialize has run (it catches the signal and tells the coordination
+service; the process does not die), and the step to save at is JAX's preemption sync point, the same
+step on every process. A single process has no notifier: `handle_sigterm` records the signal instead,
+while a training loop runs (`stoppable`); outside one (loading data, the final test) SIGTERM ends the
+process as before, losing nothing a resumed run would not redo.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from collections.abc import Mapping
 
 import jax
 from absl import logging
+from jax.experimental import multihost_utils
 
 INIT = "SPT_JAX_INIT"
 COORDINATOR = "SPT_JAX_COORDINATOR"
@@ -78,6 +91,7 @@ def maybe_initialize(environ: Mapping[str, str] = os.environ) -> bool:
   """
   kwargs = initialize_kwargs(environ)
   if kwargs is None:
+    handle_sigterm()
     return False
   jax.distributed.initialize(**kwargs)
   local = jax.local_devices()
@@ -88,3 +102,66 @@ def maybe_initialize(environ: Mapping[str, str] = os.environ) -> bool:
     # Every process logs the same steps and evaluations; one copy (process 0's) is enough.
     logging.set_verbosity(logging.WARNING)
   return True
+
+
+# ---------------------------------------------------------------------------------------- Stopping
+class Stopped(SystemExit):
+  """A run stopped on request (SIGTERM) after saving its latest checkpoint: exit status 0."""
+
+  def __init__(self, phase: str, step: int, where: str):
+    super().__init__(0)
+    self.phase, self.step, self.where = phase, step, where
+
+
+_requested: int | None = None  # the signal a single process was asked to stop with
+_armed = False  # inside a training loop, which saves before stopping
+_checks = 0  # calls of stop_requested: the same sequence on every process
+
+
+def _on_sigterm(signum, frame) -> None:
+  global _requested
+  if not _armed or _requested is not None:
+    # Outside a training loop there is nothing to save, and a second signal insists: die of it, as
+    # without this handler.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return
+  _requested = signum
+  logging.warning("SIGTERM received: saving the latest checkpoint after this step, then exiting "
+                  "(a second SIGTERM ends the process at once).")
+
+
+def handle_sigterm() -> bool:
+  """Installs the single-process SIGTERM handler; False where Python cannot (not the main thread).
+  Never for a multi-process run: it would take SIGTERM from XLA's notifier, so that this process
+  alone would stop, at its own step, and leave the others waiting in a collective."""
+  if threading.current_thread() is not threading.main_thread():
+    return False
+  signal.signal(signal.SIGTERM, _on_sigterm)
+  return True
+
+
+@contextlib.contextmanager
+def stoppable():
+  """The scope (a training loop) in which SIGTERM asks for a save and a clean stop."""
+  global _armed, _requested
+  previous, _armed = _armed, True
+  try:
+    yield
+  except Stopped:
+    _requested = None  # Acted on: a later run in this process (a test's) starts afresh.
+    raise
+  finally:
+    _armed = previous
+
+
+def stop_requested() -> bool:
+  """Whether to save and stop after the current step. Every process calls it once per training
+  step, so that each makes the same sequence of calls and JAX's preemption sync point, counted in
+  calls, falls on the same step everywhere (phases restart their step numbers)."""
+  global _checks
+  _checks += 1
+  if _requested is not None:
+    return True
+  # False when jax.distributed was not initialised (no notifier, so nothing to sync).
+  return multihost_utils.reached_preemption_sync_point(_checks)

@@ -4,25 +4,31 @@ A phase whose `results.json` exists is finished and is not re-run; a phase with 
 results resumes from its latest checkpoint. Everything that can be checked before training is checked
 first, for every phase: config values, the workdir (writable, same config, same data), and every
 parameter pattern against the phases' parameter shapes (traced, not computed).
+
+The workdir is a local directory or an etils.epath URL (gs://bucket/run, reached through epath as in
+spt_jax/metric_writers.py); data directories are local only, and a URL there is refused at once.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import logging as std_logging
 import os
+import shutil
 import tempfile
+import uuid
 
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
+from etils import epath
 
 from spt_jax import config_lib, faults, init_from, param_groups, train
 from spt_jax.analysis import attention as attention_analysis
+from spt_jax.data import base as data_base
 from spt_jax.data import tasks
 from spt_jax.models import transformer
-from spt_jax.metric_writers import write_json
+from spt_jax.metric_writers import is_url, read_json, workdir_path, write_json
 
 
 def _not_orbax_info(record: std_logging.LogRecord) -> bool:
@@ -34,13 +40,26 @@ def quiet_orbax_logging() -> None:
   std_logging.getLogger("absl").addFilter(_not_orbax_info)
 
 
+def process_ordered(devices) -> list:
+  """`devices` with every process's devices together, processes in order (a stable sort: each
+  process's devices keep their order)."""
+  return sorted(devices, key=lambda d: d.process_index)
+
+
 def make_mesh(devices=None) -> jax.sharding.Mesh:
-  """A 1-D `data` mesh over `devices` (default: all of them)."""
+  """A 1-D `data` mesh over `devices` (default: all of them), in process order.
+
+  Process order is what makes a global batch's row order independent of the process count: each
+  process supplies its contiguous slice of the batch (pipeline.train_batches) to its own devices,
+  so rows follow the mesh's devices; jax.make_mesh may order a pod's devices by physical topology,
+  interleaving processes, and so is only asked for each process's own order."""
   devices = jax.devices() if devices is None else list(devices)
   # Auto axes: the compiler propagates shardings from the batch (pure data parallelism); JAX 0.10's
   # make_mesh default (Explicit) would demand an out_sharding on every gather.
-  return jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
-                       devices=devices)
+  auto = (jax.sharding.AxisType.Auto,)
+  mesh = jax.make_mesh((len(devices),), ("data",), axis_types=auto, devices=devices)
+  ordered = process_ordered(mesh.devices.reshape(-1))
+  return jax.sharding.Mesh(np.array(ordered), ("data",), axis_types=auto)
 
 
 # Settings that may change between a run and its resumption without changing what is computed.
@@ -71,11 +90,10 @@ def _phase_view(config, name: str) -> dict:
 
 def check_workdir_config(config, name: str, phase_dir: str) -> None:
   """A workdir holds one experiment: resuming or reusing it under another config is an error."""
-  path = os.path.join(phase_dir, "config.json")
-  if not os.path.exists(path):
+  path = workdir_path(phase_dir) / "config.json"
+  if not path.exists():
     return
-  with open(path) as f:
-    saved = _phase_view(ml_collections.ConfigDict(json.load(f)), name)
+  saved = _phase_view(ml_collections.ConfigDict(read_json(path)), name)
   current = _phase_view(config, name)
   for key, value in _ADDED_FIELDS.items():
     key = key.format(phase=name)
@@ -88,41 +106,94 @@ def check_workdir_config(config, name: str, phase_dir: str) -> None:
                      f"--workdir (nothing was changed):\n  " + "\n  ".join(diff))
 
 
+def check_data_dirs(config, names) -> None:
+  """Every data section the phases read has local `data_dir` and `cache_dir` (a URL is refused
+  before any work; data_root refuses it again wherever a loader is called)."""
+  for section in dict.fromkeys(data_section(config, n) for n in names):
+    for key in ("data_dir", "cache_dir"):
+      data_base.check_local(f"config.{section}.{key}", config[section].get(key, ""))
+
+
 def prepare_workdir(workdir: str) -> None:
-  """Creates the workdir; a file in its place or a directory that cannot be written is one error."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise NotADirectoryError(f"--workdir={workdir} is a file, not a directory.")
+  """Creates the workdir; a file in its place, a directory that cannot be written or a URL that
+  epath cannot reach is one error naming it."""
   try:
-    os.makedirs(workdir, exist_ok=True)
-    if jax.process_index() == 0:
-      with tempfile.TemporaryFile(dir=workdir):
-        pass
+    path = workdir_path(workdir)
+    if path.exists() and not path.is_dir():
+      raise NotADirectoryError(f"--workdir={workdir} is a file, not a directory.")
+    path.mkdir(parents=True, exist_ok=True)
+    if jax.process_index() == 0:  # A file of this process's own, so that processes never collide.
+      probe = path / f".write_test_{uuid.uuid4().hex}"
+      probe.write_text("")
+      probe.unlink()
+  except NotADirectoryError:
+    raise
   except OSError as e:
     raise PermissionError(f"--workdir={workdir} cannot be written: {e.strerror or e}.") from None
+  except (ImportError, NotImplementedError, ValueError) as e:
+    # epath without the client library of the URL's scheme (gcsfs for gs://), or a scheme it lacks.
+    raise ValueError(f"--workdir={workdir} cannot be reached ({type(e).__name__}: {e}); gs:// "
+                     f"needs pip install -e '.[gcs]'.") from None
 
 
 DATA_RECORD = "data.json"  # per phase: the fingerprint and source of the data it trained on
+
+
+def _update(h, split: str, arrays) -> None:
+  for key in sorted(arrays):
+    array = np.ascontiguousarray(arrays[key])
+    h.update(f"{split}/{key}:{array.dtype.str}{array.shape};".encode())
+    h.update(array.reshape(-1).view(np.uint8))
 
 
 def data_fingerprint(task: tasks.TaskData) -> str:
   """A hash of every array of every split: the data a phase trains on, by content."""
   h = hashlib.blake2b(digest_size=16)
   for split in sorted(task.splits):
-    for key in sorted(task.splits[split]):
-      array = np.ascontiguousarray(task.splits[split][key])
-      h.update(f"{split}/{key}:{array.dtype.str}{array.shape};".encode())
-      h.update(array.reshape(-1).view(np.uint8))
+    _update(h, split, task.splits[split])
   return h.hexdigest()
+
+
+def split_hashes(task: tasks.TaskData) -> dict[str, bytes]:
+  """Per split, a 16-byte hash of its arrays' content."""
+  out = {}
+  for split in sorted(task.splits):
+    h = hashlib.blake2b(digest_size=16)
+    _update(h, split, task.splits[split])
+    out[split] = h.digest()
+  return out
+
+
+def check_same_data_everywhere(section: str, task: tasks.TaskData) -> None:
+  """Every process must train on the same data: each reads (or generates) its own copy, and one
+  that differs (a stale cache, a different data_dir) would silently train each shard of a batch
+  on other examples. Collective: every process calls it for the same sections in the same order."""
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils  # Multi-process runs only.
+  hashes = split_hashes(task)
+  mine = np.frombuffer(b"".join(hashes[s] for s in sorted(hashes)), np.uint8).reshape(-1, 16)
+  everyone = np.asarray(multihost_utils.process_allgather(mine))  # [process, split, 16]
+  bad = []
+  for i, split in enumerate(sorted(hashes)):
+    differ = [p for p in range(everyone.shape[0]) if not np.array_equal(everyone[p, i],
+                                                                           everyone[0, i])]
+    if differ:
+      bad.append(f"split {split!r} differs on process(es) {differ} from process 0's")
+  if bad:
+    raise ValueError(
+        f"The processes loaded different data for config.{section} ({task.source} on process "
+        f"{jax.process_index()}): " + "; ".join(bad) + ". Each process reads its own copy: delete "
+        f"the differing cache_dir copies (or point data_dir at one shared copy) and rerun.")
 
 
 def check_workdir_data(name: str, phase_dir: str, task: tasks.TaskData, fingerprint: str) -> None:
   """A workdir holds one experiment: a phase resumed or reused on other data is an error (the data
   location may change, as `data_dir` is an operational setting; its content may not)."""
-  path = os.path.join(phase_dir, DATA_RECORD)
-  if not os.path.exists(path):
+  path = workdir_path(phase_dir) / DATA_RECORD
+  if not path.exists():
     return
-  with open(path) as f:
-    saved = json.load(f)
+  saved = read_json(path)
   if saved.get("fingerprint") != fingerprint:
     raise ValueError(f"{phase_dir} was run on other data than phase {name!r} has now "
                      f"(fingerprint {saved.get('fingerprint')} from {saved.get('source')}, now "
@@ -130,9 +201,54 @@ def check_workdir_data(name: str, phase_dir: str, task: tasks.TaskData, fingerpr
                      f"changed).")
 
 
+def _drawn_locally(draw, directory) -> None:
+  """For a URL `directory` (matplotlib and the report module write local files only): runs
+  `draw(local)` on a temporary local directory of the same name, which returns the paths it wrote
+  there, and uploads them to the same places under `directory`."""
+  remote = workdir_path(directory)
+  scratch = tempfile.mkdtemp(prefix="spt_jax_draw_")
+  try:
+    local = os.path.join(scratch, remote.name)  # Reports title a run by its directory's name.
+    os.makedirs(local)
+    for path in draw(local):
+      name = os.path.relpath(path, local)
+      (remote / name).parent.mkdir(parents=True, exist_ok=True)
+      (remote / name).write_bytes(epath.Path(path).read_bytes())
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _weights_figure(rows, losses, path: str, title: str) -> None:
   from spt_jax.analysis import plots  # Imported by runs that draw only: it loads matplotlib.
-  plots.weights(rows, losses, path, title)
+  if not is_url(path):
+    plots.weights(rows, losses, path, title)
+    return
+  path = workdir_path(path)
+
+  def draw(local):
+    plots.weights(rows, losses, os.path.join(local, path.name), title)
+    return [os.path.join(local, path.name)]
+  _drawn_locally(draw, os.fspath(path.parent))
+
+
+def write_reports(workdir: str, phase: str, phases) -> None:
+  """The phase's report.png / report.md and the run's report.md, drawn from metrics.jsonl. The
+  report module reads and writes local files: a URL workdir's reports are drawn from a local copy
+  of what they read (each phase's metrics.jsonl and config.json) and uploaded."""
+  from spt_jax.analysis import report  # Imported by runs that draw only: it loads matplotlib.
+  if not is_url(workdir):
+    report.write_reports(workdir, phase=phase)
+    return
+  root = workdir_path(workdir)
+
+  def draw(local):
+    for name in phases:
+      for file in (report.METRICS, "config.json"):
+        if (root / name / file).exists():
+          os.makedirs(os.path.join(local, name), exist_ok=True)
+          epath.Path(local, name, file).write_bytes((root / name / file).read_bytes())
+    return report.write_reports(local, phase=phase)
+  _drawn_locally(draw, workdir)
 
 
 # The analysis a phase runs while it trains, handed to the trainer (which imports no analysis).
@@ -176,54 +292,59 @@ def check_transfer_compatible(config, names) -> None:
                        f"({data_section(config, name)}): " + "; ".join(problems) + ".")
 
 
+def _phase_dir(workdir: str, name: str) -> str:
+  return os.fspath(epath.Path(workdir) / name)
+
+
 def run(config, workdir: str) -> dict:
   faults.check_environment()
   config_lib.validate(config, jax.device_count())
   names = config_lib.phase_names(config)
   check_transfer_compatible(config, names)
+  check_data_dirs(config, names)
   prepare_workdir(workdir)
   for name in names:
-    check_workdir_config(config, name, os.path.join(workdir, name))
+    check_workdir_config(config, name, _phase_dir(workdir, name))
   results, loaded, fingerprints = {}, {}, {}
   for name in names:
-    done = os.path.join(workdir, name, "results.json")
-    if os.path.exists(done):
-      with open(done) as f:
-        results[name] = json.load(f)
+    done = workdir_path(workdir) / name / "results.json"
+    if done.exists():
+      results[name] = read_json(done)
   todo = [n for n in names if n not in results]
   for name in todo:  # Each data section is loaded once, however many phases use it.
     section = data_section(config, name)
     if section not in loaded:
       loaded[section] = tasks.load(config[section])
+      check_same_data_everywhere(section, loaded[section])
       fingerprints[section] = data_fingerprint(loaded[section])
   for name in names:
     section = data_section(config, name)
     if section in loaded:
-      check_workdir_data(name, os.path.join(workdir, name), loaded[section], fingerprints[section])
+      check_workdir_data(name, _phase_dir(workdir, name), loaded[section], fingerprints[section])
   check_patterns(config, names, todo, loaded, workdir)
 
   mesh = make_mesh()
   for name in names:
     if name in results:
       logging.info("[%s] already finished (%s); not re-running it.", name,
-                   os.path.join(workdir, name, "results.json"))
+                   _phase_dir(workdir, name) + "/results.json")
       continue
     section = data_section(config, name)
     task = loaded[section]
-    if not os.path.exists(os.path.join(workdir, name, DATA_RECORD)):  # Else checked equal above.
-      write_json(os.path.join(workdir, name, DATA_RECORD),
+    record = workdir_path(workdir) / name / DATA_RECORD
+    if not record.exists():  # Else checked equal above.
+      write_json(record,
                  {"fingerprint": fingerprints[section], "source": task.source, "task": task.name})
     results[name] = train.train_phase(config, name, task, workdir, mesh, hooks=ANALYSIS_HOOKS)
-    write_json(os.path.join(workdir, "results.json"), results)
+    write_json(workdir_path(workdir) / "results.json", results)
     if jax.process_index() == 0:  # The phase's report.png / report.md, drawn from metrics.jsonl.
       try:
-        from spt_jax.analysis import report  # Imported by runs that draw only: it loads matplotlib.
-        report.write_reports(workdir, phase=name)
+        write_reports(workdir, name, names)
       except Exception as e:  # noqa: BLE001 - a report that fails to draw never loses a result
         logging.warning("[%s] report not written (%s: %s); `python -m spt_jax.report %s` retries.",
                         name, type(e).__name__, e, workdir)
     faults.point("phase_finished")
-  write_json(os.path.join(workdir, "results.json"), results)
+  write_json(workdir_path(workdir) / "results.json", results)
   last, section = names[-1], data_section(config, names[-1])
   if section in loaded and "test_of_best" in results[last]:
     logging.info("Result: %s test %s%s", last, results[last]["test_of_best"],

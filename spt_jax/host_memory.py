@@ -17,6 +17,10 @@ benchmark's cpu shape at batch 8 (130 MB of temporaries per device on two per-co
 synchronous dispatch. `release_if_too_costly` therefore puts glibc's defaults back when a step's
 temporaries are large next to the memory available (the trainer checks after compiling the step).
 Threads share one arena, which XLA's few large allocations per step do not contend for.
+
+Only the CPU backend's step temporaries live in host memory: on a GPU or TPU host they are device
+memory, so there is nothing to gain, and the cost check (which compares temporaries with host memory)
+means nothing. spt_jax/platform.py applies the settings only where the CPU backend will run.
 """
 from __future__ import annotations
 
@@ -86,18 +90,27 @@ def release_if_too_costly(temp_bytes: int, devices: int = 1,
   programs' `temp_bytes` of temporaries each could take more than half the available memory, at
   `RETAINED_BLOCKS` blocks per device; returns whether it did. Steps then page-fault again: slower,
   never out of memory."""
-  global _libc
   if _libc is None:
     return False
   available = available_memory_bytes() if available_bytes is None else available_bytes
   worst = RETAINED_BLOCKS * devices * temp_bytes
   if available is None or worst <= available / 2:
     return False
-  for parameter, value in DEFAULTS:
-    _libc.mallopt(parameter, value)
-  _libc = None
+  release()
   logging.warning("The train step's temporaries (%.2f GB per device, %d device(s)) are too large to "
                   "keep in the heap with %.1f GB available: back to glibc's default malloc, which "
                   "page-faults them in every step (slower; spt_jax/host_memory.py).",
                   temp_bytes / 2**30, devices, available / 2**30)
+  return True
+
+
+def release() -> bool:
+  """Puts glibc's defaults back (large blocks mapped afresh, the heap trimmed); returns whether
+  `retain_freed_memory` was in effect."""
+  global _libc
+  if _libc is None:
+    return False
+  for parameter, value in DEFAULTS:
+    _libc.mallopt(parameter, value)
+  _libc = None
   return True

@@ -1,4 +1,9 @@
-"""Metrics to `metrics.jsonl` (one JSON object per line) and TensorBoard event files.
+"""Workdir files: metrics to `metrics.jsonl` (one JSON object per line), TensorBoard event files,
+JSON and text files; and the paths they live at.
+
+A workdir is a local directory or any etils.epath URL (`gs://bucket/run`): every file of it is
+reached through `epath`, never `open()` or `os.path`, and a URL is never made absolute
+(`os.path.abspath("gs://b/x")` is the local path `$PWD/gs:/b/x`). Orbax is handed the same paths.
 
 Only process 0 writes. On resume the JSON lines past the restored step, and any test record (written
 only as a phase ends), are dropped first: the resumed run recomputes them bit-identically, and the file
@@ -10,28 +15,110 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import jax
+from absl import logging
+from etils import epath
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path) -> bool:
+  """Whether `path` is a URL (`gs://...`, `s3://...`) rather than a local path."""
+  return bool(_URL.match(os.fspath(path)))
+
+
+def workdir_path(path) -> epath.Path:
+  """`path` as an epath.Path: a URL as it is, a local path made absolute (Orbax requires it).
+  A URL of a scheme epath has no backend for is a ValueError naming it."""
+  path = os.fspath(path)
+  if is_url(path):
+    try:
+      return epath.Path(path)
+    except KeyError:  # etils' registry of URL schemes
+      raise ValueError(f"{path}: etils.epath does not reach {path.split(':', 1)[0]}:// URLs "
+                       f"(it does gs://, s3://, az://, hf://).") from None
+  return epath.Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def write_text(path, text: str) -> None:
+  """Writes `text` to `path` whole, process 0 only: a local file through a temporary file and a
+  rename; an object store's object directly, since its objects appear whole or not at all (and a
+  rename there is a copy)."""
+  if jax.process_index() != 0:
+    return
+  path = workdir_path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if is_url(path):
+    path.write_text(text)
+    return
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(text)
+  tmp.replace(path)
+
+
+def write_json(path, obj) -> None:
+  """Atomic JSON write, process 0 only."""
+  write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path):
+  return json.loads(workdir_path(path).read_text())
+
+
+_tensorboard_warned = False
+
+
+def _summary_writer(logdir: epath.Path, purge_step: int):
+  """tensorboardX's writer for `logdir`, or None (with one warning per process) where it cannot
+  write: metrics.jsonl holds every value either way."""
+  from tensorboardX import SummaryWriter, record_writer  # Imported lazily: it pulls in protobuf.
+  global _tensorboard_warned
+  if not is_url(logdir):
+    return SummaryWriter(os.fspath(logdir), purge_step=purge_step)
+  scheme = os.fspath(logdir).split(":", 1)[0]
+  # tensorboardX writes URLs through its own per-scheme writers (gs:// with google-cloud-storage,
+  # s3:// with boto3); any other scheme it would os.makedirs as a local directory named 'scheme:'.
+  needs = {"gs": ("GCS_ENABLED", "google-cloud-storage"), "s3": ("S3_ENABLED", "boto3")}
+  if scheme not in record_writer.REGISTERED_FACTORIES:
+    reason = f"tensorboardX has no writer for {scheme}://"
+  elif scheme in needs and not getattr(record_writer, needs[scheme][0], False):
+    reason = f"tensorboardX writes {scheme}:// with {needs[scheme][1]}, which is not installed"
+  else:
+    try:
+      return SummaryWriter(os.fspath(logdir), purge_step=purge_step)
+    except Exception as e:  # noqa: BLE001 - a missing client library or credentials
+      reason = f"{type(e).__name__}: {e}"
+  if not _tensorboard_warned:
+    _tensorboard_warned = True
+    logging.warning("TensorBoard events are not written to %s (%s; pip install -e '.[gcs]' adds "
+                    "gs://'s); metrics.jsonl has every value.", logdir, reason)
+  return None
 
 
 class MetricWriter:
 
-  def __init__(self, directory: str, *, resume_step: int = 0):
+  def __init__(self, directory, *, resume_step: int = 0):
     self.enabled = jax.process_index() == 0
-    self.path = os.path.join(directory, "metrics.jsonl")
+    self.directory = workdir_path(directory)
+    self.path = os.fspath(self.directory / "metrics.jsonl")
+    # An object store has no append: there the file's lines are kept here and the whole file is
+    # rewritten at every flush (each checkpoint) and at the end.
+    self._remote = is_url(self.directory)
+    self._lines: list[str] = []
     self._tb = None
     if not self.enabled:
       return
-    os.makedirs(directory, exist_ok=True)
+    self.directory.mkdir(parents=True, exist_ok=True)
     self._truncate_after(resume_step)
-    from tensorboardX import SummaryWriter  # Imported lazily: it pulls in protobuf.
-    self._tb = SummaryWriter(os.path.join(directory, "tensorboard"), purge_step=resume_step + 1)
+    self._tb = _summary_writer(self.directory / "tensorboard", purge_step=resume_step + 1)
 
   def _truncate_after(self, step: int) -> None:
-    if not os.path.exists(self.path):
+    path = epath.Path(self.path)
+    if not path.exists():
       return
-    with open(self.path) as f:
-      lines = [line for line in f if line.strip()]
+    lines = [line + "\n" for line in path.read_text().splitlines() if line.strip()]
     records = []
     for number, line in enumerate(lines, start=1):
       try:
@@ -42,12 +129,10 @@ class MetricWriter:
                            f"(use a new --workdir).") from None
         # The last line of a run killed mid-write: the resumed run rewrites it.
     kept = [line for line, r in records if r.get("step", 0) <= step and r.get("split") != "test"]
-    if len(kept) == len(lines):
-      return
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      f.writelines(kept)
-    os.replace(tmp, self.path)
+    if self._remote:
+      self._lines = kept
+    if len(kept) != len(lines):
+      write_text(path, "".join(kept))
 
   def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
     if not self.enabled:
@@ -55,27 +140,24 @@ class MetricWriter:
     record = {"step": int(step), "split": split}
     record.update({k: (float(v) if math.isfinite(float(v)) else str(float(v)))
                    for k, v in metrics.items()})
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
-    for k, v in metrics.items():
-      self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
+    line = json.dumps(record) + "\n"
+    if self._remote:
+      self._lines.append(line)
+    else:
+      with epath.Path(self.path).open("a") as f:
+        f.write(line)
+    if self._tb is not None:
+      for k, v in metrics.items():
+        self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
 
   def flush(self) -> None:
+    if self.enabled and self._remote:
+      write_text(self.path, "".join(self._lines))
     if self._tb is not None:
       self._tb.flush()
 
   def close(self) -> None:
+    if self.enabled and self._remote:
+      write_text(self.path, "".join(self._lines))
     if self._tb is not None:
       self._tb.close()
-
-
-def write_json(path: str, obj) -> None:
-  """Atomic JSON write (temporary file + rename), process 0 only."""
-  if jax.process_index() != 0:
-    return
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)

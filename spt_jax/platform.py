@@ -28,13 +28,28 @@ from spt_jax import distributed, host_memory
 
 # ---------------------------------------------------------------------------------------- Process
 def configure_process(config, cpu_devices: int, retain_freed_memory: bool) -> int:
-  """main.py's platform set-up, before anything touches a device: the retained heap if asked
-  (before the backend starts its threads: a thread that has allocated keeps its own arena), then
-  `cpu_devices` CPU devices (`split_cpu_into_devices`); returns the device count it set (1: left
-  alone)."""
-  if retain_freed_memory:
+  """main.py's platform set-up, before anything touches a device: the retained heap if asked and
+  the CPU backend will run (`expects_cpu_backend`; before the backend starts its threads: a thread
+  that has allocated keeps its own arena), then `cpu_devices` CPU devices
+  (`split_cpu_into_devices`); returns the device count it set (1: left alone)."""
+  if retain_freed_memory and expects_cpu_backend():
     host_memory.retain_freed_memory()
   return split_cpu_into_devices(config, cpu_devices)
+
+
+def expects_cpu_backend(platforms: str | None = None) -> bool:
+  """Whether JAX's default backend will be the CPU, decided without starting a backend (starting
+  one before jax.distributed.initialize would hide the other hosts' devices): the first of
+  `platforms` (default: JAX_PLATFORMS, jax.config.jax_platforms) when set, else whether no
+  accelerator plugin (a jax_plugins entry point, libtpu) is installed. An installed plugin without
+  its hardware falls back to the CPU: the heap then stays glibc's, slower, never wrong."""
+  import importlib.metadata
+  import importlib.util
+  platforms = (jax.config.jax_platforms if platforms is None else platforms) or ""
+  if platforms.strip():
+    return platforms.split(",")[0].strip() == "cpu"
+  return (not list(importlib.metadata.entry_points(group="jax_plugins"))
+          and importlib.util.find_spec("libtpu") is None)
 
 
 def usable_cores() -> int:
@@ -116,9 +131,12 @@ def step_compiler_options(remat: str) -> dict[str, str]:
 def fit_heap_to_step(temp_bytes: int, devices: int) -> None:
   """Called once the train step is compiled: on the CPU backend with the retained heap in effect,
   glibc's defaults come back if keeping `devices` programs' `temp_bytes` of temporaries could
-  exhaust the host's memory (host_memory.release_if_too_costly)."""
+  exhaust the host's memory (host_memory.release_if_too_costly); on any other backend they come
+  back regardless (`expects_cpu_backend` guessed wrong)."""
   if host_memory.retained() and jax.default_backend() == "cpu":
     host_memory.release_if_too_costly(temp_bytes, devices=devices)
+  elif host_memory.retained():
+    host_memory.release()
 
 
 def shares_host_memory(devices) -> bool:

@@ -25,11 +25,11 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import (checkpoints, faults, init_from, objectives, optim, param_groups, platform,
-                     preflight, tree)
+from spt_jax import (checkpoints, distributed, faults, init_from, objectives, optim, param_groups,
+                     platform, preflight, tree)
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
-from spt_jax.metric_writers import MetricWriter, write_json
+from spt_jax.metric_writers import MetricWriter, workdir_path, write_json, write_text
 from spt_jax.models import transformer
 
 
@@ -252,9 +252,7 @@ def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: 
   write_json(os.path.join(phase_dir, "config.json"), config.to_dict())
   table = param_groups.count_table(params, frozen)
   logging.info("[%s] parameters:\n%s", name, table)
-  if jax.process_index() == 0:
-    with open(os.path.join(phase_dir, "parameters.md"), "w") as f:
-      f.write(table)
+  write_text(os.path.join(phase_dir, "parameters.md"), table)
   if not resuming:
     if init_report:
       write_json(os.path.join(phase_dir, "init_from.json"), init_report)
@@ -282,7 +280,17 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
   `on_log(step, summary)` runs at each log and may return progress-bar fields; `after_step(step,
   state)` after each step's logging, before its evaluation; `eta_check(step, steps_per_sec)`
   (preflight.EtaCheck) once, with the rate of the training steps after the compiled first one, timed
-  until preflight.ETA_PROBE_STEPS of them or ETA_PROBE_S seconds have passed."""
+  until preflight.ETA_PROBE_STEPS of them or ETA_PROBE_S seconds have passed.
+
+  On a stop request (SIGTERM; distributed.stop_requested: JAX's preemption sync point when
+  multi-process) it saves the latest checkpoint after the step and raises distributed.Stopped."""
+  with distributed.stoppable():
+    return _train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, selection,
+                       wall_start, after_step=after_step, on_log=on_log, eta_check=eta_check)
+
+
+def _train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, selection, wall_start,
+                *, after_step, on_log, eta_check) -> LoopResult:
   ckpts, schedule = setup.ckpts, setup.schedule
   state, start = setup.state, setup.start
 
@@ -314,7 +322,10 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
     bar.update(1)
     is_eval = step % cfg.eval_every_steps == 0 or step == steps
     is_ckpt = step % cfg.checkpoint_every_steps == 0 or step == steps
-    if step % cfg.log_every_steps == 0 or is_eval or is_ckpt:
+    # Asked at every step by every process (the sync point is counted in calls); a stop logs the
+    # steps since the last log, so that metrics.jsonl loses none of them.
+    stop = distributed.stop_requested()
+    if step % cfg.log_every_steps == 0 or is_eval or is_ckpt or stop:
       history = jax.device_get(pending)
       _check_finite(history, step - len(history) + 1, name, ckpts.latest_step())
       now = time.time()
@@ -342,6 +353,16 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
     if is_ckpt:
       save_latest(step)  # The commit point: a resumed run starts from here (checkpoints.py).
       writer.flush()
+    if stop:
+      if not is_ckpt:
+        save_latest(step)
+        writer.flush()
+      ckpts.close()
+      bar.close()
+      writer.close()
+      logging.warning("[%s] stopped on request at step %d/%d: latest checkpoint %s saved; the same "
+                      "command resumes from it.", name, step, steps, ckpts.directory)
+      raise distributed.Stopped(name, step, ckpts.directory)
     if is_eval or is_ckpt:
       window_start = time.time()  # Throughput windows measure training steps only.
       eta_probe = (window_start, step) if eta_probe is not None else None
@@ -378,7 +399,8 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
   results = {
       "phase": name, "objective": cfg.objective, "steps": steps,
       "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
-      "test_of_best": test_metrics, "selected_checkpoint": os.path.abspath(best_params_dir),
+      "test_of_best": test_metrics,
+      "selected_checkpoint": os.fspath(workdir_path(best_params_dir)),  # a URL stays one
       "selection_metric": selection,
       "wall_time_sec": setup.wall_before + time.time() - wall_start,
       # Training steps only: compilation, evaluation and checkpointing are not in this figure.
