@@ -22,12 +22,16 @@
 #   DRY_RUN=1             same as --dry-run
 #   SPT_JAX_PORT          same as --port
 #   SPT_JAX_INIT_TIMEOUT  seconds each process waits for the others to connect (JAX: 300)
-#   KILL_GRACE            seconds from SIGTERM to SIGKILL when stopping processes (default 10)
+#   KILL_GRACE            seconds from SIGTERM to SIGKILL when stopping processes (default 30: a
+#                         stopped run saves its latest checkpoint first)
 #
 # Exit status: 0 if every process succeeded, else the first failing process's status. When one
 # process fails the others are stopped (they would otherwise wait in the next collective until
 # JAX's heartbeat timeout). SIGINT, SIGTERM and SIGHUP reach every process as SIGTERM (background
-# processes of a script ignore SIGINT).
+# processes of a script ignore SIGINT); main.py then saves its latest checkpoint at the step all
+# processes agree on (JAX's preemption sync point) and exits 0, and so does this script once every
+# process has: the same command resumes. A process still running KILL_GRACE seconds after the
+# signal is killed, and the status is then that process's (137), as for any that failed.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
@@ -84,7 +88,7 @@ fi
 
 pids=()
 stop_all() {  # SIGTERM to every process still running, SIGKILL after KILL_GRACE seconds.
-  local pid left deadline=$((SECONDS + ${KILL_GRACE:-10}))
+  local pid left deadline=$((SECONDS + ${KILL_GRACE:-30}))
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   while ((SECONDS < deadline)); do
     left=0
@@ -99,8 +103,18 @@ on_signal() {
   echo "local.sh: $1 received; stopping ${#pids[@]} process(es)" >&2
   trap - INT TERM HUP
   stop_all
+  local i rc status=0
+  for i in "${!pids[@]}"; do
+    rc=0
+    wait "${pids[$i]}" 2>/dev/null || rc=$?
+    if ((rc != 0)); then
+      echo "local.sh: process $i exited with status $rc" >&2
+      ((status != 0)) || status=$rc
+    fi
+  done
   wait 2>/dev/null || true
-  exit $((128 + $2))
+  ((status != 0)) || echo "local.sh: every process stopped cleanly" >&2
+  exit "$status"
 }
 trap 'on_signal SIGINT 2' INT
 trap 'on_signal SIGTERM 15' TERM
