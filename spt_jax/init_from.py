@@ -14,7 +14,7 @@ import zlib
 
 import jax
 
-from spt_jax import checkpoints, param_groups, tree
+from spt_jax import checkpoints, metric_writers, param_groups, tree
 
 
 def resolve_source(source: str, workdir: str, phase_names, *, key: str) -> str:
@@ -44,7 +44,7 @@ def load_into(params, init_cfg, *, workdir: str, phase_names, phase: str, shardi
   loaded = checkpoints.restore_item(params_dir, sharding=sharding)
   chosen, merged = _merge(params, loaded, init_cfg, params_dir)
   loaded_set = set(chosen)
-  report = {"source": os.path.abspath(params_dir), "loaded": chosen,
+  report = {"source": os.fspath(metric_writers.workdir_path(params_dir)), "loaded": chosen,
             "fresh": [p for p in tree.flatten(params) if p not in loaded_set],
             "ignored": [p for p in tree.flatten(loaded) if p not in loaded_set]}
   return merged, report
