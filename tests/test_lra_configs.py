@@ -7,7 +7,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from conftest import load_config
-from spt_jax import config_lib, experiment
+from spt_jax import config_lib, experiment, train
+from spt_jax.data import tasks
 
 TASKS = ("text", "retrieval", "image", "pathfinder", "pathx")
 
@@ -31,7 +32,20 @@ def _cache(config, cache_dir):
     config.data.data_dir = os.path.join(FIXTURES, "lra_release")
 
 
-@pytest.mark.parametrize("kind", ["spt", "scratch"])
+@pytest.mark.parametrize("task", TASKS)
+def test_scratch_smoke_config_builds_its_phase(task, cache_dir):
+  """The from-scratch configs train the same fine-tuning phase as the SPT ones (run end to end
+  below): here, each validates and traces its model on its own data (nothing trained)."""
+  config = load_config(f"{task}_scratch", "smoke")
+  _cache(config, cache_dir)
+  assert config.phases == "finetune" and config.finetune.objective == "classification"
+  config_lib.validate(config, 1)
+  with _data_context(task):
+    params = train.abstract_params(config, "finetune", tasks.load(config.data))
+  assert "classifier" in params and "encoder" in params
+
+
+@pytest.mark.parametrize("kind", ["spt"])
 @pytest.mark.parametrize("task", TASKS)
 def test_smoke_config_runs(task, kind, tmp_path, cache_dir):
   config = load_config(f"{task}_{kind}", "smoke")
