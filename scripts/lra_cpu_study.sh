@@ -16,11 +16,13 @@ analyse() {  # sweep 7: attention of seed 0's SPT and scratch checkpoints
     --run="$W/scratch/seed_0/finetune" --checkpoint=init --out="$W/attention/scratch_seed_0_init" \
     >> "$W/attention.log" 2>&1
 }
+# Pathfinder's ablations come first: it is the task where SPT beats scratch at this scale, so it
+# is where an ablation has a gain to take apart.
 for step in "listops spt_vs_scratch" "pathfinder spt_vs_scratch" "listops analysis" \
             "pathfinder analysis" "listops hybrid_init" "pathfinder hybrid_init" \
-            "listops freezing" "pathfinder freezing" "listops depth" "pathfinder depth" \
-            "listops cross_task" "pathfinder cross_task" "listops pretrain_length" \
-            "pathfinder pretrain_length"; do
+            "pathfinder freezing" "pathfinder depth" "pathfinder pretrain_length" \
+            "pathfinder cross_task" "listops freezing" "listops depth" "listops pretrain_length" \
+            "listops cross_task"; do
   set -- $step
   if [ "$2" = analysis ]; then analyse "$1"; continue; fi
   echo "$(date -u +%FT%T) start $1 $2" >> "$RUNS/study.log"
