@@ -32,5 +32,12 @@ setup(
         "gcs": ["gcsfs>=2024.2", "google-cloud-storage>=2.14"],
         # Benchmarks only: the PyTorch reference model (the CPU wheel these machines carry on disk).
         "bench": ["torch==2.13.0"],
+        # Accelerators: the base install's jax runs on CPUs only. JAX's own extras bring the matching
+        # jaxlib and the device runtime, pinned to the jax every result here was made with, so that
+        # an install cannot move jax under a run. `cuda`: NVIDIA GPUs through jax[cuda12] (the
+        # CUDA 12 plugin with its pip-installed CUDA, cuDNN and NCCL; driver >= 525; cuDNN is what
+        # attention='auto' uses there). `tpu`: Cloud TPU VMs through jax[tpu] (libtpu).
+        "cuda": ["jax[cuda12]==0.10.2"],
+        "tpu": ["jax[tpu]==0.10.2"],
     },
 )

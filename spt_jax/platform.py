@@ -8,8 +8,11 @@ same on every backend and does not ask which one it runs on.
             step (`fit_heap_to_step`), and where a step's memory comes from (`shares_host_memory`,
             `available_memory`): the trainer and its preflight checks.
   kernels   what the models run per backend: nn.Dense's kernel gradient in YNNPACK-friendly form on
-            XLA:CPU (`dense_dot_general`), the exact attention that `attention='auto'` picks
-            (`resolve_auto_attention`), and cuDNN's requirement of a CUDA GPU.
+            XLA:CPU (`dense_dot_general`), the exact attention that `attention='auto'` picks and why
+            (`choose_auto_attention`: cuDNN on a CUDA GPU where it supports the model, blockwise
+            for long sequences on the CPU, dense otherwise), and cuDNN's requirement of a CUDA GPU.
+            Each takes the backend's name as an argument (default: this process's,
+            `backend_name`), so that the choices can be tested on any machine.
 
 Why each choice is made, with the measurements behind it: benchmarks/README.md.
 """
@@ -207,11 +210,26 @@ def kernel_grad_dot_general(x, kernel, dimension_numbers, precision=None,
   return _dense_matmul(x, kernel)
 
 
-def dense_dot_general():
-  """The `dot_general` Dense layers use on this backend: ours on CPU; elsewhere (cuBLAS, TPU) the
-  transposed operands are free and an explicit transpose would be a pure extra copy."""
-  return kernel_grad_dot_general if jax.default_backend() == "cpu" else None
+def dense_dot_general(backend: str | None = None):
+  """The `dot_general` Dense layers use on `backend` (default: this one): ours on CPU; elsewhere
+  (cuBLAS, TPU) the transposed operands are free and an explicit transpose would be a pure extra
+  copy."""
+  return kernel_grad_dot_general if (backend or backend_name()) == "cpu" else None
 
+
+def backend_name() -> str:
+  """jax.default_backend(), with a GPU named by its runtime: 'cuda' or 'rocm'. Only CUDA has cuDNN,
+  and JAX calls both 'gpu'."""
+  backend = jax.default_backend()
+  if backend != "gpu":
+    return backend
+  from jax.extend import backend as xla_backend
+  version = str(getattr(xla_backend.get_backend(), "platform_version", "")).lower()
+  return "rocm" if "rocm" in version else "cuda"
+
+
+# Names a CUDA GPU goes by: ours, and JAX's own ('gpu', as jax.default_backend() says).
+CUDA_BACKENDS = ("cuda", "gpu")
 
 # attention='auto' on the CPU backend: blockwise attention's forward + backward beats dense from
 # L=512 on, block 128 best or tied; XLA's dense attention on CPU makes several passes over the L×L
@@ -219,33 +237,107 @@ def dense_dot_general():
 AUTO_CPU_MIN_LENGTH = 512
 AUTO_CPU_BLOCK = 128
 
+# What cuDNN's fused attention (jax.nn.dot_product_attention(implementation='cudnn'), jax 0.10's
+# checks in jax/_src/cudnn/fused_attention_stablehlo.py) runs: float16/bfloat16 operands only
+# (models/attention.py would cast float32 ones to bfloat16, a silent loss of precision, so 'auto'
+# does not go there), a head dimension that is a multiple of 8 and at most 128 (256 from Hopper on;
+# 128 holds on every CUDA GPU). Of spt-jax's masks it takes key padding as per-example lengths
+# (SequenceModel pads at the end, which is what lengths describe) and the causal mask natively;
+# RoPE acts on q and k before any implementation. Not attention dropout (only dense has it), and
+# ALiBi only as an explicit [1, H, L, L] bias operand (quadratic memory, even lengths in training).
+CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128
 
-def resolve_auto_attention(length: int, dropout: bool) -> tuple[str, int | None]:
-  """What `implementation='auto'` runs for a call: (implementation, block size or None)."""
-  if not dropout and jax.default_backend() == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
-    return "blockwise", AUTO_CPU_BLOCK
-  return "dense", None
+
+@dataclasses.dataclass(frozen=True)
+class AttentionChoice:
+  """What attention='auto' runs for a model: the implementation, its block size (None: not
+  blockwise) and why, in words (logged)."""
+  implementation: str
+  block_size: int | None
+  reason: str
 
 
-def specialise(model_config):
-  """`model_config` (a models.transformer.ModelConfig) as this backend runs it: the Dense layers'
-  matmul chosen, attention='auto' resolved for the encoder's length, attention='cudnn' checked to
-  have a GPU. Called once per phase by the trainer; the model itself never asks the backend."""
-  changes = {"dot_general": dense_dot_general()}
+def cudnn_unsupported(dtype: str, head_dim: int | None, alibi: bool) -> str | None:
+  """Why cuDNN's fused attention cannot run a model exactly as configured, or None if it can
+  (`CUDNN_DTYPES` above: dropout is checked by the caller)."""
+  if dtype not in CUDNN_DTYPES:
+    return f"cuDNN runs {'/'.join(CUDNN_DTYPES)} only and the compute dtype is {dtype}"
+  if head_dim is None:
+    return "the head dimension is not known"
+  if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
+    return (f"cuDNN needs a head dimension that is a multiple of 8 and at most "
+            f"{CUDNN_MAX_HEAD_DIM}, and it is {head_dim}")
+  if alibi:
+    return "ALiBi would reach cuDNN as an L×L bias array, not a mask"
+  return None
+
+
+def choose_auto_attention(length: int, dropout: bool, *, dtype: str = "float32",
+                          head_dim: int | None = None, alibi: bool = False,
+                          backend: str | None = None) -> AttentionChoice:
+  """What `implementation='auto'` runs for a model on `backend` (default: this process's,
+  `backend_name`): on a CUDA GPU cuDNN's fused kernel where it supports the case, else dense; on
+  the CPU blockwise from AUTO_CPU_MIN_LENGTH tokens; dense whenever attention dropout is active
+  (only dense has it) and on every other backend (XLA fuses it there; a step that does not fit is
+  stopped before it runs with attention='blockwise' among the remedies, spt_jax/preflight.py)."""
+  backend = backend or backend_name()
+  if dropout:
+    return AttentionChoice("dense", None, "attention dropout is active and only dense has it")
+  if backend in CUDA_BACKENDS:
+    why_not = cudnn_unsupported(dtype, head_dim, alibi)
+    if why_not is None:
+      return AttentionChoice("cudnn", None, f"CUDA GPU, {dtype}, head dimension {head_dim}: "
+                                            f"cuDNN's fused kernel takes its key padding and "
+                                            f"causal mask")
+    return AttentionChoice("dense", None, f"CUDA GPU, but {why_not}")
+  if backend == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
+    return AttentionChoice("blockwise", AUTO_CPU_BLOCK,
+                           f"CPU and L={length} >= {AUTO_CPU_MIN_LENGTH}: blockwise is faster")
+  if backend == "cpu":
+    return AttentionChoice("dense", None, f"CPU and L={length} < {AUTO_CPU_MIN_LENGTH}")
+  return AttentionChoice("dense", None, f"{backend}: XLA's dense attention")
+
+
+def resolve_auto_attention(length: int, dropout: bool, **model) -> tuple[str, int | None]:
+  """(implementation, block size or None) of `choose_auto_attention` (same arguments)."""
+  choice = choose_auto_attention(length, dropout, **model)
+  return choice.implementation, choice.block_size
+
+
+_logged_choices: set[str] = set()
+
+
+def specialise(model_config, backend: str | None = None):
+  """`model_config` (a models.transformer.ModelConfig) as `backend` (default: this process's) runs
+  it: the Dense layers' matmul chosen, attention='auto' resolved for the encoder's length (the
+  choice and its reason logged once per distinct choice, though the trainer specialises each phase
+  more than once), attention='cudnn' checked to have a CUDA GPU. The model itself never asks the
+  backend."""
+  backend = backend or backend_name()
+  changes = {"dot_general": dense_dot_general(backend)}
   if model_config.attention == "auto":
-    implementation, block = resolve_auto_attention(model_config.encoder_length,
-                                                   model_config.dropout_rate > 0)
-    changes.update(attention=implementation,
-                   attention_block_size=block or model_config.attention_block_size)
+    choice = choose_auto_attention(
+        model_config.encoder_length, model_config.dropout_rate > 0, dtype=model_config.dtype,
+        head_dim=model_config.d_model // model_config.num_heads,
+        alibi=model_config.position == "alibi", backend=backend)
+    message = (f"attention='auto' runs {choice.implementation!r}"
+               f"{f' (block {choice.block_size})' if choice.block_size else ''} for "
+               f"L={model_config.encoder_length}: {choice.reason}.")
+    if message not in _logged_choices:
+      _logged_choices.add(message)
+      logging.info("%s", message)
+    changes.update(attention=choice.implementation,
+                   attention_block_size=choice.block_size or model_config.attention_block_size)
   elif model_config.attention == "cudnn":
-    check_cudnn_backend()
+    check_cudnn_backend(backend)
   return dataclasses.replace(model_config, **changes)
 
 
-def check_cudnn_backend() -> None:
+def check_cudnn_backend(backend: str | None = None) -> None:
   """attention='cudnn' runs on a CUDA GPU only: elsewhere, an error naming the alternative."""
-  backend = jax.default_backend()
-  if backend not in ("gpu", "cuda"):
+  backend = backend or backend_name()
+  if backend not in CUDA_BACKENDS:
     raise ValueError(
         f"attention='cudnn' needs a CUDA GPU, but JAX's backend is {backend!r}; use "
         f"attention='blockwise' for exact attention in linear memory on {backend}.")

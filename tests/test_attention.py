@@ -160,3 +160,63 @@ def test_memory_is_linear_in_length():
   assert ratio["dense"] > 12, ratio  # L×L scores: ~16x for 4x the length
   assert ratio["blockwise"] < 5, ratio
   assert ratio["local"] < 5, ratio
+
+
+# attention='auto' per backend, decided with the backend's name passed in, so no GPU is needed.
+# (length, dropout, dtype, head dim, alibi) → implementation and a word of the logged reason.
+AUTO_CASES = {
+    "cuda bf16": ("cuda", 2000, False, "bfloat16", 64, False, "cudnn", "cuDNN"),
+    "jax's 'gpu' is CUDA": ("gpu", 2000, False, "bfloat16", 64, False, "cudnn", "cuDNN"),
+    "cuda short bf16": ("cuda", 16, False, "bfloat16", 8, False, "cudnn", "cuDNN"),
+    "cuda float32": ("cuda", 2000, False, "float32", 64, False, "dense", "float32"),
+    "cuda head dim 12": ("cuda", 2000, False, "bfloat16", 12, False, "dense", "multiple of 8"),
+    "cuda head dim 256": ("cuda", 2000, False, "bfloat16", 256, False, "dense", "at most 128"),
+    "cuda alibi": ("cuda", 2000, False, "bfloat16", 64, True, "dense", "ALiBi"),
+    "cuda dropout": ("cuda", 2000, True, "bfloat16", 64, False, "dense", "dropout"),
+    "rocm": ("rocm", 2000, False, "bfloat16", 64, False, "dense", "rocm"),
+    "tpu": ("tpu", 2000, False, "bfloat16", 64, False, "dense", "tpu"),
+    "cpu long": ("cpu", 2000, False, "bfloat16", 64, False, "blockwise", "faster"),
+    "cpu short": ("cpu", 100, False, "float32", 64, False, "dense", "L=100"),
+    "cpu dropout": ("cpu", 2000, True, "float32", 64, False, "dense", "dropout"),
+}
+
+
+@pytest.mark.parametrize("case", AUTO_CASES.values(), ids=AUTO_CASES.keys())
+def test_auto_attention_choice_per_backend(case):
+  backend, length, dropout, dtype, head_dim, alibi, implementation, reason = case
+  choice = platform.choose_auto_attention(length, dropout, dtype=dtype, head_dim=head_dim,
+                                          alibi=alibi, backend=backend)
+  assert choice.implementation == implementation, choice
+  assert reason in choice.reason, choice
+  assert choice.block_size == (platform.AUTO_CPU_BLOCK if implementation == "blockwise" else None)
+  assert platform.resolve_auto_attention(length, dropout, dtype=dtype, head_dim=head_dim,
+                                         alibi=alibi, backend=backend) == (
+                                             choice.implementation, choice.block_size)
+
+
+def test_specialise_for_a_cuda_gpu_picks_cudnn_where_it_supports_the_model(caplog, monkeypatch):
+  monkeypatch.setattr(platform, "_logged_choices", set())  # what earlier tests logged
+  # The LRA ListOps model (6x512, 8 heads: head dimension 64) in bfloat16.
+  cfg = transformer.ModelConfig(vocab_size=20, max_length=2000, num_layers=6, d_model=512,
+                                num_heads=8, d_ff=2048, dtype="bfloat16")
+  caplog.set_level("INFO")
+  for c in (cfg, cfg.replace(position="rope"), cfg.replace(causal=True),
+            cfg.replace(pooling="cls")):
+    chosen = platform.specialise(c, backend="cuda")
+    assert chosen.attention == "cudnn" and chosen.dot_general is None, c
+  assert platform.specialise(cfg.replace(position="alibi"), backend="cuda").attention == "dense"
+  assert platform.specialise(cfg.replace(dtype="float32"), backend="cuda").attention == "dense"
+  assert platform.specialise(cfg.replace(num_heads=2), backend="cuda").attention == "dense"  # 256
+  on_cpu = platform.specialise(cfg, backend="cpu")
+  assert (on_cpu.attention, on_cpu.dot_general) == ("blockwise", platform.kernel_grad_dot_general)
+  # Logged with its reason, once per distinct choice however often the trainer specialises.
+  platform.specialise(cfg, backend="cuda")
+  logged = [r.getMessage() for r in caplog.records if "attention='auto'" in r.getMessage()]
+  cudnn_2000 = [m for m in logged if "'cudnn'" in m and "L=2000" in m]
+  assert len(cudnn_2000) == 1 and "cuDNN" in cudnn_2000[0], logged
+  assert any("'dense'" in m and "float32" in m for m in logged), logged
+  # An explicit 'cudnn' needs a CUDA GPU, by the backend's name.
+  explicit = cfg.replace(attention="cudnn")
+  assert platform.specialise(explicit, backend="cuda").attention == "cudnn"
+  with pytest.raises(ValueError, match="needs a CUDA GPU.*'tpu'"):
+    platform.specialise(explicit, backend="tpu")

@@ -11,11 +11,16 @@ The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signatu
              blocks only (Amos et al.'s Path-X setting): a different model, linear in L.
   cudnn      cuDNN's fused flash attention via `jax.nn.dot_product_attention`; GPU only.
   auto       (the default) the fastest exact one, chosen once when the trainer builds the model
-             (`platform.specialise`: blockwise on the CPU backend from `platform.AUTO_CPU_MIN_LENGTH`
-             tokens on, dense otherwise and whenever attention dropout is active); a model built
-             without the platform's choice runs dense. The same function either way, so checkpoints
-             and results do not depend on which one ran.
+             (`platform.specialise`: cuDNN on a CUDA GPU where it supports the case, blockwise on the
+             CPU backend from `platform.AUTO_CPU_MIN_LENGTH` tokens on, dense otherwise and whenever
+             attention dropout is active); a model built without the platform's choice runs dense.
+             The same function either way, so checkpoints and results do not depend on which one ran.
 Only `dense` supports dropout on the attention weights and returns the weights.
+
+Precision: q, k, v come in the compute dtype (`model.dtype`); every implementation computes the scores
+and their softmax in float32 (dense and local accumulate q·kᵀ in float32, blockwise keeps float32
+tiles and softmax statistics, cuDNN's fused kernel keeps its softmax statistics in float32), and
+casts the probabilities back to the compute dtype only for the product with v.
 
 Relative positions (`model.position`): 'rope' rotates q and k by their positions (`rotary`) before any
 implementation sees them; 'alibi' is a rule on scores, `ScoreModifier`, which every implementation
@@ -128,7 +133,8 @@ def dense_scores(q, k, key_mask, modifier: ScoreModifier = NO_MODIFIER) -> jax.A
   """float32 [B, H, Lq, Lk]: the scores dense attention softmaxes (q kᵀ/√d, the position rule, padded
   keys at `_MASKED`); also what the attention analysis reads as logits."""
   scale = q.shape[-1] ** -0.5
-  scores = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k).astype(jnp.float32)
+  # Accumulated in float32: a bfloat16 product would round every score before the softmax.
+  scores = jnp.einsum("bqhd,bkhd->bhqk", q * scale, k, preferred_element_type=jnp.float32)
   position = np.arange(q.shape[1])
   return modifier.apply(scores, position, position, key_mask[:, None, None, :], _MASKED)
 
@@ -383,7 +389,7 @@ def local_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   k_pos = np.concatenate([position[1 + o:n + 1 + o] for o in offsets], axis=1)
   fill = np.where((k_pos >= 0) & (k_pos < length), _MASKED, -np.inf).astype(np.float32)
 
-  s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
+  s = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k, preferred_element_type=jnp.float32)
   s = modifier.apply(s, position[1:-1], k_pos, mask[:, :, None, None, :],
                      fill[None, :, None, None, :])
   weights = jax.nn.softmax(s, axis=-1)
@@ -401,11 +407,14 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
 
   cuDNN takes padding as per-example key lengths, so real tokens must form a prefix of each row
   (trailing padding, as SequenceModel's inputs have); a mask with holes would be misread. cuDNN runs in
-  float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32. An
-  example with no real key gets dense's answer (the mean of all values; causal: of the values up to
-  each query). ALiBi goes in as cuDNN's `bias` operand, [1, H, L, L] in the compute dtype, and the
-  causal mask as `is_causal`: the simple way (the bias an L×L array), untested here (no GPU in the
-  test runs).
+  float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32 (so
+  attention='auto' never picks it for a float32 model); inside, the kernel accumulates the scores and
+  keeps the softmax's running max and sum in float32. An example with no real key gets dense's answer
+  (the mean of all values; causal: of the values up to each query). ALiBi goes in as cuDNN's `bias`
+  operand, [1, H, L, L] in the compute dtype (the simple way: an L×L array, so 'auto' does not pick
+  cuDNN for ALiBi), and the causal mask as `is_causal`. Checked against dense, with padding, causal
+  mask and ALiBi, by tests/test_mixed_precision.py's `accelerator` tests on a CUDA GPU
+  (benchmarks/accelerator_check.sh); no GPU has run them yet.
   """
   _no_dropout("cudnn", dropout_fn)
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16

@@ -74,7 +74,10 @@ class ModelConfig:
   position: str = "sinusoidal"    # one of POSITIONS (rope, alibi: relative, inside attention)
   pooling: str = "mean"           # one of POOLINGS
   activation: str = "gelu"
-  dtype: str = "float32"          # compute dtype: float32 or bfloat16 (parameters stay float32)
+  # The encoder's compute dtype, float32 or bfloat16: its matmuls and activations. Parameters,
+  # gradients and optimiser state stay float32, and so do LayerNorm's statistics, the attention
+  # softmax (models/attention.py), the encoder's output, the heads and the loss.
+  dtype: str = "float32"
   attention: str = "auto"         # one of attention.IMPLEMENTATIONS
   attention_block_size: int = 512
   causal: bool = False            # query i attends to keys j <= i only (a causal LM's encoder)
