@@ -87,6 +87,17 @@ SHAPES = {s.name: s for s in (
           note="ListOps tokens, lengths uniform in [L/2, L]"),
 )}
 DEFAULT_SHAPES = ("cpu", "pathfinder", "retrieval", "listops")
+# --tiny: every shape shrunk to this model and at most this length, so that a dry run of a script
+# that benchmarks the real shapes (benchmarks/accelerator_check.sh --platform=cpu) takes seconds.
+TINY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64)
+TINY_MAX_LENGTH = 64
+
+
+def tiny_shape(shape: Shape) -> Shape:
+  return dataclasses.replace(shape, **TINY_MODEL, length=min(shape.length, TINY_MAX_LENGTH),
+                             note=f"tiny (--tiny): {shape.note}")
+
+
 # The budget check predicts with at least this peak (GFLOP/s, this CPU idle), so which default shapes
 # run does not depend on how loaded the machine happens to be.
 NOMINAL_PEAK_GFLOPS = 280.0
@@ -163,6 +174,12 @@ class MatmulProbe:
 
   def gflops(self, seconds: float) -> float:
     return 2 * self.n**3 / seconds / 1e9
+
+
+def probe_size(tiny: bool) -> int:
+  """The matmul probe's n: large enough to reach the backend's peak; --tiny's only fills the column
+  (a 2048³ probe per round would be most of a dry run's time on a CPU)."""
+  return 512 if tiny else 2048 if jax.default_backend() == "cpu" else 8192
 
 
 def jax_matmul_gflops(n: int, repeats: int = 8) -> float:
@@ -266,7 +283,7 @@ class JaxStep:
   """The real spt_jax train step for one shape and step kind, with its state and device batches."""
 
   def __init__(self, shape: Shape, kind: str, batch: int, arrays, *, attention: str = "auto",
-               block_size: int = 512, core=None):
+               block_size: int = 512, core=None, dtype: str = "float32"):
     objective_name = "mlm" if kind == "pretrain" else "classification"
     phase = config_lib.phase_config(objective_name, mask_rate=shape.mask_rate, batch_size=batch,
                                     num_steps=1000)
@@ -275,7 +292,8 @@ class JaxStep:
                          input_kind=shape.input_kind)
     model_cfg = config_lib.transformer_config(
         num_layers=shape.num_layers, d_model=shape.d_model, num_heads=shape.num_heads,
-        d_ff=shape.d_ff, pooling="mean", attention=attention, attention_block_size=block_size)
+        d_ff=shape.d_ff, pooling="mean", attention=attention, attention_block_size=block_size,
+        dtype=dtype)
     objective = train.make_objective(ml_collections.ConfigDict(dict(model=model_cfg, phase=phase)),
                                      "phase", self.task)
     model = objective.model
@@ -422,8 +440,9 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
   arrays = synthetic_arrays(shape, max(64, 8 * batch))
   tokens = batch * shape.sequences_per_example * shape.length
   row = {"shape": shape.name, "kind": kind, "length": shape.length, "batch": batch,
-         "full_batch": shape.batch, "tokens_per_step": tokens, "note": shape.note}
-  jx = JaxStep(shape, kind, batch, arrays)
+         "full_batch": shape.batch, "tokens_per_step": tokens, "note": shape.note,
+         "dtype": args.dtype, "model": f"{shape.num_layers}x{shape.d_model}"}
+  jx = JaxStep(shape, kind, batch, arrays, dtype=args.dtype)
   row.update(params=jx.num_params, jax_devices=jx.devices, jax_compile_s=jx.compile_s,
              xla_flops=jx.xla_flops,
              jax_temp_gb=None if jx.temp_bytes is None else jx.temp_bytes / 2**30,
@@ -432,8 +451,10 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
       f"XLA {jx.xla_flops / 1e9:.1f} GFLOP/step")
   steps = {"jax": jx}
   torch_notes = {}
-  if torch is None:
-    torch_notes["torch_eager"] = torch_notes["torch_compiled"] = TORCH_UNAVAILABLE
+  if torch is None or not args.torch or args.dtype != "float32":
+    torch_notes["torch_eager"] = torch_notes["torch_compiled"] = (
+        TORCH_UNAVAILABLE if torch is None else "not run (--no-torch)" if not args.torch else
+        f"not run: the PyTorch reference is float32 only (--dtype={args.dtype})")
   else:
     variants = [("torch_eager", False)] + ([("torch_compiled", True)] if args.torch_compile else [])
     if not args.torch_compile:
@@ -452,7 +473,7 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
                              f"parameters, the JAX model {jx.num_params:,}; they must match.")
       row[f"{name}_first_call_s"] = ts.compile_s
       steps[name] = ts
-  probe = MatmulProbe(2048 if jax.default_backend() == "cpu" else 8192)
+  probe = MatmulProbe(probe_size(args.tiny))
   steps["matmul"] = probe
   times = interleave(steps, args.steps, args.warmup)
   peaks = [probe.gflops(t) for t in times.pop("matmul")]
@@ -471,7 +492,9 @@ def bench_kind(shape: Shape, kind: str, batch: int, args, log) -> dict:
     if name != "jax":
       row[f"{name}_speedup"] = paired_ratio(times["jax"], ts)
   row["jax_mfu_analytic"] = mfu(row["analytic_flops"]["total"], times["jax"])
-  row["input_batches_s"] = pipeline_batches_per_s(arrays, batch, jx.batch_sharding)
+  # --tiny times the pipeline only long enough to fill the column: a dry run measures nothing.
+  row["input_batches_s"] = pipeline_batches_per_s(arrays, batch, jx.batch_sharding,
+                                                  min_s=0.1 if args.tiny else 1.0)
   row["step_batches_s"] = 1e3 / row["jax_ms"]
   log(f"  [{shape.name}/{kind}] " + ", ".join(
       f"{n} {row[n + '_tok_s']:,.0f} tok/s" for n in times) +
@@ -561,6 +584,8 @@ def markdown(report: dict) -> str:
           "(median over rounds), so that changing load cancels out."
           if any("round_peak_gflops" in r for r in report["results"]) else
           f"MFU divides by {peaks['used']:.0f} GFLOP/s."),
+      f"JAX compute dtype {report['settings'].get('dtype', 'float32')}"
+      f"{' (--tiny: shrunk shapes, a dry run)' if report['settings'].get('tiny') else ''}. "
       f"Steps: median of {report['settings']['steps']} timed rounds after "
       f"{report['settings']['warmup']} warm-up round(s); one JAX, eager and compiled step per round.",
       "", "## Throughput", "",
@@ -591,8 +616,7 @@ def markdown(report: dict) -> str:
   notes = [f"- {r['shape']}/{r['kind']}: {k}: {v}" for r in report["results"]
            for k, v in r.get("torch_notes", {}).items()]
   notes += [f"- {s['shape']}: skipped: {s['reason']}" for s in report["skipped"]]
-  notes += [f"- {s.name}: {s.note}" for s in SHAPES.values()
-            if any(r["shape"] == s.name for r in report["results"])]
+  notes += list(dict.fromkeys(f"- {r['shape']}: {r['note']}" for r in report["results"]))
   if notes:
     lines += ["", "Notes:", *notes]
   if report["breakdown"]:
@@ -626,6 +650,16 @@ def main(argv=None) -> dict:
   parser.add_argument("--quick", action="store_true",
                       help="cpu shape, batch 4, 5 rounds, no torch.compile, no breakdown")
   parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false")
+  parser.add_argument("--no-torch", dest="torch", action="store_false",
+                      help="JAX only: no PyTorch steps, no torch matmul peak")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="the JAX model's compute dtype (model.dtype; parameters stay float32); "
+                           "the PyTorch reference runs only with float32")
+  parser.add_argument("--kinds", default=",".join(KINDS),
+                      help=f"step kinds per shape, comma-separated, from {KINDS}")
+  parser.add_argument("--tiny", action="store_true",
+                      help=f"shrink every shape to {TINY_MODEL}, L <= {TINY_MAX_LENGTH}: a dry run "
+                           f"of the pipeline in seconds, not a measurement")
   parser.add_argument("--breakdown", default="",
                       help="shapes whose pretraining step is ablated to find where time goes, "
                            "e.g. cpu,pathfinder (not part of the default run)")
@@ -657,6 +691,9 @@ def main(argv=None) -> dict:
     args.shapes, args.steps, args.torch_compile, args.breakdown = "cpu", 5, False, ""
     args.batch = args.batch or 4
   args.blocks = [int(b) for b in args.blocks.split(",") if b]
+  args.kinds = [k for k in args.kinds.split(",") if k]
+  if not args.kinds or set(args.kinds) - set(KINDS):
+    parser.error(f"--kinds {','.join(args.kinds)!r}: each must be one of {KINDS}")
   names = [s for s in args.shapes.split(",") if s and s != "none"]
   unknown = set(names) - set(SHAPES)
   if unknown:
@@ -675,18 +712,19 @@ def main(argv=None) -> dict:
   log(f"{report['machine']['cpu']}, {report['machine']['usable_cores']} cores, load "
       f"{report['load_before']:.1f}")
   on_cpu = jax.default_backend() == "cpu"
-  n = 2048 if on_cpu else 8192
+  n = probe_size(args.tiny)
   peaks = {"jax": jax_matmul_gflops(n)}
-  if torch is not None:
+  if torch is not None and args.torch:
     peaks["torch"] = torch_reference.matmul_peak_gflops(n, device=torch_device())
   peaks["used"] = max(v for v in peaks.values())
   report["matmul_peak_gflops"] = peaks
   log("matmul peak: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
   impls = ["jax"] + (["torch_eager"] + (["torch_compiled"] if args.torch_compile else [])
-                     if torch is not None else [])
+                     if torch is not None and args.torch and args.dtype == "float32" else [])
 
+  shapes = {n: tiny_shape(s) if args.tiny else s for n, s in SHAPES.items()}
   for name in names:
-    shape = SHAPES[name]
+    shape = shapes[name]
     batch = args.batch or (shape.cpu_batch if on_cpu else shape.batch)
     # A batch that does not divide over the devices runs on fewer of them (JaxStep), as in main.py.
     estimate = estimate_seconds(shape, batch, args.steps + args.warmup,
@@ -698,7 +736,7 @@ def main(argv=None) -> dict:
       log(f"[{name}] skipped: {reason}")
       continue
     log(f"[{name}] batch {batch} (task batch {shape.batch}), predicted ~{estimate:.0f} s")
-    for kind in KINDS:
+    for kind in args.kinds:
       try:
         report["results"].append(bench_kind(shape, kind, batch, args, log))
         save(report, args.out, started)
@@ -710,7 +748,7 @@ def main(argv=None) -> dict:
   for name in [s for s in args.breakdown.split(",") if s]:
     if name not in SHAPES:
       parser.error(f"unknown breakdown shape {name!r}")
-    shape = SHAPES[name]
+    shape = shapes[name]
     batch = args.batch or (shape.cpu_batch if on_cpu else shape.batch)
     log(f"[{name}] breakdown at batch {batch}")
     try:
