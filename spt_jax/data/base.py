@@ -2,7 +2,9 @@
 
 A task is one module of spt_jax/data (listops.py, synthetic.py, text.py, retrieval.py, image.py,
 pathfinder.py) ending in `TASK = Task(...)`: its config section's defaults, its smoke sizes, its
-loader and its signature. spt_jax/data/tasks.py is the table of them.
+loader and its signature. spt_jax/data/tasks.py is the table of them. A token task generated in
+memory from a dataclass of its settings (synthetic.py, markov_events.py) gets all four from
+`generated_task`.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import ml_collections
 import numpy as np
 
 from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
@@ -111,3 +114,52 @@ LRA_SMOKE_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64)
 def lra_smoke_phase(num_steps: int = 20, batch_size: int = 8) -> dict:
   return dict(num_steps=num_steps, batch_size=batch_size, warmup_steps=2, log_every_steps=5,
               eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)
+
+
+# ------------------------------------------------------------------ sequence tasks generated in memory
+SPLITS = ("train", "val", "test")
+
+
+def generated_splits(spec, generate: Callable) -> dict[str, dict[str, np.ndarray]]:
+  """{split: generate(spec, spec.num_<split>, rng)}, one random stream per split from `spec.seed`:
+  changing the size of one split never changes the others."""
+  sizes = {"train": spec.num_train, "val": spec.num_val, "test": spec.num_test}
+  return {s: generate(spec, sizes[s], np.random.default_rng([spec.seed, i]))
+          for i, s in enumerate(SPLITS)}
+
+
+def generated_task(name: str, section: str, spec_type, generate: Callable, *,
+                   num_classes: Callable[[Any], int], doc: str,
+                   optional_fields: tuple[str, ...] = ()) -> Task:
+  """The Task of a token-sequence task generated in memory by `generate(spec, num, rng)`.
+
+  `spec_type` is a frozen dataclass whose fields are `config.data.<section>` (checked by its
+  `__post_init__`), with `num_train`, `num_val`, `num_test`, `length`, `seed` and a `vocab`
+  property; `optional_fields` are left out of the config's defaults (absent = the dataclass
+  default), so that configs written before a field existed stay as they were."""
+  def config(**overrides) -> ml_collections.ConfigDict:
+    defaults = {k: v for k, v in dataclasses.asdict(spec_type()).items()
+                if k not in optional_fields}
+    fields = ml_collections.ConfigDict(defaults)
+    fields.update(overrides)
+    return ml_collections.ConfigDict({"task": name, "max_length": fields.length, section: fields})
+
+  def load(cfg) -> TaskData:
+    spec = spec_type(**cfg[section].to_dict())
+    if spec.length > cfg.max_length:
+      raise ValueError(f"config.data.{section}.length={spec.length} exceeds config.data.max_length="
+                       f"{cfg.max_length}.")
+    return TaskData(name, spec.vocab, num_classes(spec), cfg.max_length,
+                    generated_splits(spec, generate), f"{name} {spec}")
+
+  def signature(cfg) -> dict:
+    return {"task": name, "input_kind": "tokens",
+            "vocab": spec_type(**cfg[section].to_dict()).vocab.tokens,
+            "max_length": cfg.max_length}
+
+  def smoke(cfg) -> dict:
+    return {"data": {section: dict(num_train=512, num_val=128, num_test=128)},
+            "phase": SMOKE_PHASE}
+
+  config.__doc__ = doc
+  return Task(name, config, load, signature, smoke)

@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
 import numpy as np
 
-from spt_jax.data.base import SMOKE_PHASE, Task, TaskData
+from spt_jax.data.base import generated_splits, generated_task
 from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
-
-SPLITS = ("train", "val", "test")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,40 +81,14 @@ def generate(spec: Spec, matrices: np.ndarray, num: int, rng: np.random.Generato
           "time_deltas": np.ones((num, spec.length), np.float32)}
 
 
+def _draw(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+  return generate(spec, presets(spec), num, rng)
+
+
 def load_splits(spec: Spec) -> dict[str, dict[str, np.ndarray]]:
-  sizes = {"train": spec.num_train, "val": spec.num_val, "test": spec.num_test}
-  matrices = presets(spec)
-  # One stream per split: changing the size of one split never changes the others.
-  return {s: generate(spec, matrices, sizes[s], np.random.default_rng([spec.seed, i]))
-          for i, s in enumerate(SPLITS)}
+  return generated_splits(spec, _draw)
 
 
-# ---------------------------------------------------------------------------------------- Task
-def data_config(**overrides) -> ml_collections.ConfigDict:
-  """The toy event-sequence task, generated in memory."""
-  fields = ml_collections.ConfigDict(dataclasses.asdict(Spec()))
-  fields.update(overrides)
-  return ml_collections.ConfigDict(dict(task="markov_events", max_length=fields.length,
-                                        markov=fields))
-
-
-def load(cfg) -> TaskData:
-  spec = Spec(**cfg.markov.to_dict())
-  if spec.length > cfg.max_length:
-    raise ValueError(f"config.data.markov.length={spec.length} exceeds config.data.max_length="
-                     f"{cfg.max_length}.")
-  return TaskData("markov_events", spec.vocab, spec.num_presets, cfg.max_length, load_splits(spec),
-                  f"markov_events {spec}")
-
-
-def signature(cfg) -> dict:
-  return {"task": "markov_events", "input_kind": "tokens",
-          "vocab": vocabulary(cfg.markov.num_states).tokens, "max_length": cfg.max_length}
-
-
-def smoke(cfg) -> dict:
-  return {"data": dict(markov=dict(num_train=512, num_val=128, num_test=128)),
-          "phase": SMOKE_PHASE}
-
-
-TASK = Task("markov_events", data_config, load, signature, smoke)
+TASK = generated_task("markov_events", "markov", Spec, _draw,
+                      num_classes=lambda spec: spec.num_presets,
+                      doc="The toy event-sequence task, generated in memory.")

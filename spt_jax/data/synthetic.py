@@ -22,14 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
 import numpy as np
 
 from spt_jax.data.vocab import NUM_SPECIAL, Vocabulary
-from spt_jax.data.base import SMOKE_PHASE, Task, TaskData
-
-SPLITS = ("train", "val", "test")
-
+from spt_jax.data.base import generated_splits, generated_task
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -105,40 +101,9 @@ def generate(spec: Spec, num: int, rng: np.random.Generator) -> dict[str, np.nda
 
 
 def load_splits(spec: Spec) -> dict[str, dict[str, np.ndarray]]:
-  sizes = {"train": spec.num_train, "val": spec.num_val, "test": spec.num_test}
-  # One stream per split: changing the size of one split never changes the others.
-  return {s: generate(spec, sizes[s], np.random.default_rng([spec.seed, i]))
-          for i, s in enumerate(SPLITS)}
+  return generated_splits(spec, generate)
 
 
-# ---------------------------------------------------------------------------------------- Task
-def data_config(**overrides) -> ml_collections.ConfigDict:
-  """The synthetic proximity task, generated in memory."""
-  fields = ml_collections.ConfigDict(dict(
-      num_train=8000, num_val=1000, num_test=1000, length=100, num_background=16,
-      p_successor=0.8, seed=0))
-  fields.update(overrides)
-  return ml_collections.ConfigDict(dict(task="synthetic", max_length=fields.length,
-                                        synthetic=fields))
-
-
-def load(cfg) -> TaskData:
-  spec = Spec(**cfg.synthetic.to_dict())
-  if spec.length > cfg.max_length:
-    raise ValueError(f"config.data.synthetic.length={spec.length} exceeds config.data.max_length="
-                     f"{cfg.max_length}.")
-  return TaskData("synthetic", spec.vocab, 2, cfg.max_length, load_splits(spec),
-                  f"synthetic {spec}")
-
-
-def signature(cfg) -> dict:
-  return {"task": "synthetic", "input_kind": "tokens",
-          "vocab": vocabulary(cfg.synthetic.num_background).tokens, "max_length": cfg.max_length}
-
-
-def smoke(cfg) -> dict:
-  return {"data": dict(synthetic=dict(num_train=512, num_val=128, num_test=128)),
-          "phase": SMOKE_PHASE}
-
-
-TASK = Task("synthetic", data_config, load, signature, smoke)
+TASK = generated_task("synthetic", "synthetic", Spec, generate, num_classes=lambda spec: 2,
+                      doc="The synthetic proximity task, generated in memory.",
+                      optional_fields=("count_markers",))
