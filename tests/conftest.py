@@ -1,6 +1,8 @@
 """Tiny configs and shared runs: every test here must stay fast on 2 CPU cores."""
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +12,18 @@ import pytest
 from spt_jax import config_lib, experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TFDS_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tfds")
+TFDS_ARRAY_RECORD = os.path.join(TFDS_FIXTURES, "array_record")
+
+
+@functools.cache
+def tfds_fixtures():
+  """tests/fixtures/tfds/make_fixtures.py, the one definition of the TFDS fixtures' examples."""
+  spec = importlib.util.spec_from_file_location(
+      "make_tfds_fixtures", os.path.join(TFDS_FIXTURES, "make_fixtures.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def load_config(name: str, arg=None):

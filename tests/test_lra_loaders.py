@@ -1,25 +1,24 @@
 """Tests for the IMDB, AAN and CIFAR-10 loaders (no network, no TensorFlow; runs in seconds).
 
 TFDS is exercised two ways: `tfds.testing.mock_data`, which replaces `as_data_source` with random
-examples, and real `array_record` datasets prepared locally by builders that subclass the real
-ones with tiny in-memory examples, which go through TFDS's actual reading and decoding.
+examples, and the committed `array_record` datasets of tests/fixtures/tfds (prepared by TFDS from
+builders that subclass the real ones with tiny in-memory examples), which go through TFDS's actual
+reading and decoding.
 """
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import socket
 
 import numpy as np
-from PIL import Image
 import pytest
 import tensorflow_datasets as tfds
-from tensorflow_datasets.datasets.imdb_reviews import imdb_reviews_dataset_builder
-from tensorflow_datasets.image_classification import cifar
 
 from spt_jax.data import image, pathfinder, retrieval, text
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
+
+from conftest import TFDS_ARRAY_RECORD, tfds_fixtures
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 LRA_RELEASE = os.path.join(FIXTURES, "lra_release")
@@ -284,67 +283,15 @@ def test_cifar_with_mock_data():
 # TFDS through real, locally prepared array_record datasets
 
 
-IMDB_TEXTS = {
-    "train": [("A \"great\" film. <br /><br />Caf\u00e9 scenes \u2014 10/10", 1),
-              ("Dull.", 0), ("x" * 40, 0)],
-    "test": [("Na\u00efve plot", 0), ("Loved it!", 1)],
-}
-
-
-class LocalImdb(imdb_reviews_dataset_builder.Builder, skip_registration=True):
-  """The real imdb_reviews builder (name, config, version, features) with in-memory examples."""
-  name = "imdb_reviews"
-
-  def _info(self):
-    # DatasetInfo directly: the real _info reads metadata files next to the builder's module,
-    # which a subclass defined here doesn't have.
-    return tfds.core.DatasetInfo(
-        builder=self, supervised_keys=("text", "label"),
-        features=tfds.features.FeaturesDict({
-            "text": tfds.features.Text(),
-            "label": tfds.features.ClassLabel(names=["neg", "pos"]),
-        }))
-
-  def _split_generators(self, dl_manager):
-    return {split: self._generate_examples(split) for split in IMDB_TEXTS}
-
-  def _generate_examples(self, split):
-    for i, (review, label) in enumerate(IMDB_TEXTS[split]):
-      yield f"{split}{i}", {"text": review.encode("utf-8"), "label": label}
-
-
-def png(rgb: np.ndarray) -> bytes:
-  # Encoded here because TFDS encodes numpy images with TensorFlow.
-  buffer = io.BytesIO()
-  Image.fromarray(rgb).save(buffer, format="PNG")
-  return buffer.getvalue()
-
-
-def cifar_images(count: int, seed: int) -> np.ndarray:
-  images = np.random.default_rng(seed).integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
-  images[0] = 0  # All black: still 1024 real pixels, never padding.
-  return images
-
-
-class LocalCifar10(cifar.Cifar10, skip_registration=True):
-  """The real cifar10 builder with 20 train and 5 test random images."""
-  name = "cifar10"
-
-  def _split_generators(self, dl_manager):
-    return {"train": self._generate(cifar_images(20, 0)),
-            "test": self._generate(cifar_images(5, 1))}
-
-  def _generate(self, images):
-    for i, rgb in enumerate(images):
-      yield i, {"id": f"img_{i}", "image": png(rgb), "label": i % 10}
+# The committed TFDS fixtures (tests/fixtures/tfds/array_record), prepared by TFDS itself from the
+# real builders fed with tiny examples; their examples come from make_fixtures.py.
+MADE = tfds_fixtures()
+IMDB_TEXTS = MADE.IMDB_TEXTS
 
 
 @pytest.fixture(scope="module")
-def tfds_dir(tmp_path_factory):
-  data_dir = str(tmp_path_factory.mktemp("tensorflow_datasets"))
-  for builder_cls in (LocalImdb, LocalCifar10):
-    builder_cls(data_dir=data_dir, file_format="array_record").download_and_prepare()
-  return data_dir
+def tfds_dir():
+  return TFDS_ARRAY_RECORD
 
 
 def test_imdb_from_prepared_array_record(tfds_dir):
@@ -368,7 +315,7 @@ def test_imdb_from_prepared_array_record(tfds_dir):
 def test_cifar_from_prepared_array_record(tfds_dir):
   source = tfds.data_source("cifar10", split="train", data_dir=tfds_dir, download=False)
   rgb = np.stack([source[i]["image"] for i in range(len(source))])
-  assert sorted(map(bytes, rgb)) == sorted(map(bytes, cifar_images(20, 0)))  # Lossless PNG.
+  assert sorted(map(bytes, rgb)) == sorted(map(bytes, MADE.cifar_images(20, 0)))  # Lossless PNG.
   train = image.load_split("train", data_dir=tfds_dir)
   val = image.load_split("val", data_dir=tfds_dir)
   test = image.load_split("test", data_dir=tfds_dir)

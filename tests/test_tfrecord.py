@@ -16,8 +16,7 @@ from tensorboardX.record_writer import RecordWriter
 
 from spt_jax.data import image, text, tfrecord
 
-TFDS_FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tfds")
-ARRAY_RECORD = os.path.join(TFDS_FIXTURES, "array_record")
+from conftest import TFDS_ARRAY_RECORD as ARRAY_RECORD, TFDS_FIXTURES, tfds_fixtures
 TFRECORD = os.path.join(TFDS_FIXTURES, "tfrecord")
 IMDB_TRAIN_SHARD = os.path.join("imdb_reviews", "plain_text", "1.0.0",
                                 "imdb_reviews-train.tfrecord-00000-of-00001")
@@ -113,14 +112,6 @@ def no_tensorflow(monkeypatch):
   assert "tensorflow" not in sys.modules
 
 
-def _fixture_texts():
-  spec = importlib.util.spec_from_file_location(
-      "make_tfds_fixtures", os.path.join(TFDS_FIXTURES, "make_fixtures.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.IMDB_TEXTS
-
-
 def test_tfrecord_datasets_load_identically_to_array_record(no_tensorflow):
   for name, split in (("imdb_reviews", "train"), ("cifar10", "test")):
     source = text.open_tfds_split(name, split, TFRECORD)
@@ -139,7 +130,7 @@ def test_tfrecord_datasets_load_identically_to_array_record(no_tensorflow):
   # The records are the examples the fixture was made of (an empty review included).
   source = text.open_tfds_split("imdb_reviews", "test", TFRECORD)
   assert sorted(source[i]["text"] for i in range(len(source))) == sorted(
-      t.encode("utf-8") for t, _ in _fixture_texts()["test"])
+      t.encode("utf-8") for t, _ in tfds_fixtures().IMDB_TEXTS["test"])
   assert len(image.load_split("train", data_dir=TFRECORD)["labels"]) == 18  # train[:90%] of 20
 
 
