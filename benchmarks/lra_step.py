@@ -60,12 +60,15 @@ def main() -> None:
   task = tasks.load(config.data)
   mesh = experiment.make_mesh(jax.devices()[:1])
   replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-  objective, model, init = train.model_and_init(config, "pretrain", task)
-  params = jax.jit(init, out_shardings=replicated)(jax.random.PRNGKey(0))
-  tx, _ = optim.make_optimizer(config.pretrain, 300_000, params)
-  state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
-                           jax.jit(tx.init, out_shardings=replicated)(params))
-  step, _ = train.make_steps(model, objective, tx, jax.tree.map(lambda _: True, params), mesh)
+  objective = train.make_objective(config, "pretrain", task)
+  dummy = train.example_inputs(objective.splits(task))
+  params = jax.jit(lambda r: objective.init_params(r, dummy),
+                   out_shardings=replicated)(jax.random.PRNGKey(0))
+  tx, _ = optim.make_optimizer(config.pretrain, 300_000, params, frozenset())
+  opt_state = jax.jit(lambda p: train.join_opt_state(objective, tx.init(p), objective.init_state()),
+                      out_shardings=replicated)(params)
+  state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params, opt_state)
+  step, _ = train.make_steps(objective, tx, jax.tree.map(lambda _: True, params), mesh)
   batches = pipeline.train_batches(task.splits["train"], args.batch, seed=1)
   rng = jax.random.PRNGKey(1)
   start = time.time()
@@ -81,7 +84,7 @@ def main() -> None:
   for i in range(args.steps + 1):
     batch = train.to_global(next(batches), sharded)
     start = time.time()
-    state, metrics = step(state, batch, rng)
+    state, metrics, _ = step(state, batch, rng)
     jax.block_until_ready(metrics)
     times.append(time.time() - start)
     print(f"  step {i + 1}: {times[-1]:.1f} s, loss {float(metrics['loss']):.4f}", flush=True)
