@@ -1,6 +1,8 @@
 """PNG figures for the analyses (matplotlib with the non-interactive Agg backend)."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -43,10 +45,16 @@ def lines(xs, series: dict[str, tuple[np.ndarray, np.ndarray]], path: str, *, xl
   _finish_curves(fig, ax, path, xlabel, ylabel, title)
 
 
+def _set_title(fig, ax, title: str) -> None:
+  """The title at fontsize 10, wrapped to the figure's width (a sweep's titles are long)."""
+  chars_per_line = max(20, int(fig.get_figwidth() * 11))
+  ax.set_title(textwrap.fill(title, chars_per_line), fontsize=10)
+
+
 def _finish_curves(fig, ax, path: str, xlabel: str, ylabel: str, title: str) -> None:
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
-  ax.set_title(title, fontsize=10)
+  _set_title(fig, ax, title)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
@@ -60,7 +68,7 @@ def bars(names, means, stds, path: str, *, ylabel: str, title: str) -> None:
   ax.set_xticks(range(len(names)))
   ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
   ax.set_ylabel(ylabel)
-  ax.set_title(title, fontsize=10)
+  _set_title(fig, ax, title)
   ax.grid(axis="y", alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
