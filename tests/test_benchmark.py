@@ -14,8 +14,8 @@ from conftest import ROOT
 
 def test_train_step_benchmark_reports_every_column(tmp_path):
   done = subprocess.run(
-      [sys.executable, "benchmarks/train_step.py", "--shapes", "cpu", "--batch", "2", "--steps", "1",
-       "--warmup", "0", "--no-torch-compile", "--out", str(tmp_path)],
+      [sys.executable, "benchmarks/train_step.py", "--shapes", "cpu", "--tiny", "--batch", "2",
+       "--steps", "1", "--warmup", "0", "--no-torch-compile", "--out", str(tmp_path)],
       capture_output=True, text=True, timeout=300, cwd=ROOT)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   report = json.loads((tmp_path / "train_step.json").read_text())
@@ -33,4 +33,4 @@ def test_train_step_benchmark_reports_every_column(tmp_path):
       assert notes.get("torch_eager"), notes
     assert "torch_compiled_tok_s" not in r and notes.get("torch_compiled"), notes
   table = (tmp_path / "train_step.md").read_text()
-  assert "| cpu | pretrain | 512 | 2 (32) |" in table and "eager÷JAX" in table and "MFU" in table
+  assert "| cpu | pretrain | 64 | 2 (32) |" in table and "eager÷JAX" in table and "MFU" in table
