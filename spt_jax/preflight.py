@@ -98,7 +98,9 @@ def remedies(config, name: str, length: int, devices: int) -> list[Remedy]:
     out.append(Remedy(f"--config.{name}.batch_size={batch // 2}", batch_scale=0.5))
   implementation, block = m.attention, m.attention_block_size
   if implementation == "auto":
-    implementation, block = platform.resolve_auto_attention(length, m.dropout_rate > 0)
+    implementation, block = platform.resolve_auto_attention(
+        length, m.dropout_rate > 0, dtype=m.dtype, head_dim=m.d_model // m.num_heads,
+        alibi=m.position == "alibi")
     block = block or m.attention_block_size
   if implementation == "dense" and m.dropout_rate == 0:
     out.append(Remedy("--config.model.attention=blockwise",
