@@ -32,6 +32,7 @@ TFDS_ARRAY_RECORD = os.path.join(TFDS_FIXTURES, "array_record")
 # compiled for the same program, so no value changes; nothing of it outlives the session.
 _CACHE_OPTIONS = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+_XLA_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
@@ -45,9 +46,6 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
   shutil.rmtree(config.stash.get(_XLA_CACHE, ""), ignore_errors=True)
-
-
-_XLA_CACHE = pytest.StashKey[str]()
 
 
 @functools.cache
