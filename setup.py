@@ -26,7 +26,9 @@ setup(
         "matplotlib>=3.8",     # attention heatmaps, sweep and theory plots
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        # pytest-xdist: the suite is compile-bound and XLA compiles a program on one core, so one
+        # worker per core (pytest.ini) is what keeps it inside its time budget on 2 cores.
+        "test": ["pytest>=8", "pytest-xdist>=3.5"],
         # gs:// workdirs: gcsfs is etils.epath's way there (and so Orbax's), google-cloud-storage
         # tensorboardX's and Orbax's bucket queries.
         "gcs": ["gcsfs>=2024.2", "google-cloud-storage>=2.14"],

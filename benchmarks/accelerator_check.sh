@@ -190,8 +190,8 @@ if [[ -z "${INSTALL_FAILED:-}" ]]; then
   # ---- tests that need the device
   t0=$(date +%s); rc=0
   lim=$(limit "$TESTS_CAP" $(( RUN_S + KILL_GRACE + REPORT_RESERVE + 60 )))
-  if [[ $lim -gt 0 ]]; then
-    timeout -k 10 "$lim" "$PYTHON" -m pytest -q -m accelerator -p no:cacheprovider \
+  if [[ $lim -gt 0 ]]; then  # -o addopts=: in this one process (no xdist workers sharing the device)
+    timeout -k 10 "$lim" "$PYTHON" -m pytest -q -o addopts= -m accelerator -p no:cacheprovider \
       --junitxml="$OUT_DIR/device_tests.xml" $ACCELERATOR_TESTS >"$OUT_DIR/logs/device_tests.log" 2>&1 \
       || rc=$?
   fi

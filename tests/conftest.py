@@ -29,15 +29,20 @@ TFDS_ARRAY_RECORD = os.path.join(TFDS_FIXTURES, "array_record")
 # The tiny configs compile the same XLA programs again and again: in every test that runs one, and in
 # every main.py a test starts, kills and restarts. One compilation cache for the session, handed to
 # those subprocesses through the environment, compiles each once. A cache hit is the executable XLA
-# compiled for the same program, so no value changes; nothing of it outlives the session.
+# compiled for the same program, so no value changes; nothing of it outlives the session. The
+# pytest-xdist workers (pytest.ini) share their controller's cache, so a program one worker compiled
+# is a hit in the other.
 _CACHE_OPTIONS = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 _XLA_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-  cache = tempfile.mkdtemp(prefix="spt_jax_test_xla_cache_")
-  config.stash[_XLA_CACHE] = cache
+  if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller's cache, shared
+    cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
+  else:
+    cache = tempfile.mkdtemp(prefix="spt_jax_test_xla_cache_")
+    config.stash[_XLA_CACHE] = cache
   os.environ.update(_CACHE_OPTIONS, JAX_COMPILATION_CACHE_DIR=cache)
   jax.config.update("jax_compilation_cache_dir", cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

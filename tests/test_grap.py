@@ -4,6 +4,7 @@ The composite objective is spt_jax/objectives/composite.py, trained by the one p
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -414,10 +415,14 @@ def test_token_probe_gradient_differs_across_positions():
   per-token MLP probe's gradient differs from position to position."""
   for kind, same in (("pooled_linear", True), ("token_mlp", False)):
     comp, params, state, batch = _tiny_objective(probe=kind)
-    views = comp.views(jax.random.PRNGKey(0), batch)
-    z, mask = comp.encode(params["encoder"], views["view1"], train=False,
-                          rng=jax.random.PRNGKey(0))
-    g = np.asarray(jax.grad(lambda z_: comp.probe_loss(z_, mask, state["probe"], views, batch)[0])(z))
+
+    @jax.jit  # One program: op by op, this compiles ~90 small ones.
+    def probe_gradient(params, state, batch):
+      views = comp.views(jax.random.PRNGKey(0), batch)
+      z, mask = comp.encode(params["encoder"], views["view1"], train=False,
+                            rng=jax.random.PRNGKey(0))
+      return jax.grad(lambda z_: comp.probe_loss(z_, mask, state["probe"], views, batch)[0])(z)
+    g = np.asarray(probe_gradient(params, state, batch))
     spread = np.abs(g - g[:, :1]).max() / np.abs(g).max()
     assert (spread < 1e-5) == same, (kind, spread)
     assert np.isfinite(comp.probe_accuracy(params["encoder"], state["probe"], comp.probe_val))
@@ -585,15 +590,17 @@ def test_alignment_analysis_of_a_grap_checkpoint(tmp_path):
   b = dict(batch, inputs=jnp.asarray(batch["inputs"], jnp.int32))
   views = comp.views(rng, b)
 
-  def through_encoder(name):
-    def fn(encoder):
+  @jax.jit  # One program for both gradients: op by op, they compile ~200 small ones.
+  def through_encoder(encoder):
+    def loss(name, encoder):
       z, mask = comp.encode(encoder, views["view1"], train=False, rng=rng)
       z2 = comp.encode(encoder, views["view2"], train=False, rng=rng)[0]
       return comp.head_loss(name, z, mask, params[HEADS], views, b,
                             z2=jax.lax.stop_gradient(z2))[0]
-    return np.concatenate([np.ravel(v) for _, v in sorted(tree.flatten(
-        jax.grad(fn)(params["encoder"])).items())])
-  direct = _cos(through_encoder("mlm"), through_encoder(PROBE))
+    return {name: jax.grad(functools.partial(loss, name))(encoder) for name in ("mlm", PROBE)}
+  grads = {name: np.concatenate([np.ravel(v) for _, v in sorted(tree.flatten(g).items())])
+           for name, g in through_encoder(params["encoder"]).items()}
+  direct = _cos(grads["mlm"], grads[PROBE])
   np.testing.assert_allclose(float(cosines["encoder"][0]), direct, rtol=1e-4, atol=1e-6)
 
   config.pretrain.composite.weighting = "raw_sum"
