@@ -672,10 +672,11 @@ def main(argv=None) -> dict:
   parser.add_argument("--render", metavar="JSON",
                       help="print the tables of an earlier run's train_step.json and exit")
   parser.add_argument("--verbose", action="store_true")
-  parser.add_argument("--cpu-devices", type=int, default=-1,
+  parser.add_argument("--cpu-devices", type=int, default=1,
                       help="CPU devices the JAX step is data-parallel over, as main.py's "
-                           "--cpu_devices (default -1: one per core, each shape using as many as "
-                           "its batch divides into; main.py's default is 1)")
+                           "--cpu_devices (default 1, main.py's default, so that the default run "
+                           "measures what a run gets; -1: one per core, each shape using as many "
+                           "as its batch divides into)")
   args = parser.parse_args(argv)
   host_memory.retain_freed_memory()  # As main.py does, before JAX's backend starts its threads.
   spt_platform.use_cpu_devices(
