@@ -19,7 +19,7 @@ os.environ["XLA_FLAGS"] = " ".join(
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-from spt_jax import config_lib, experiment  # noqa: E402
+from spt_jax import config_lib, experiment, platform  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TFDS_FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tfds")
@@ -57,8 +57,7 @@ def pytest_xdist_auto_num_workers(config):
   holds (a many-core box with little memory would otherwise swap) and no more than 8."""
   if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
     return None  # xdist's own hook honours it.
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  workers = min(cores or 1, 8)
+  workers = min(platform.usable_cores(), 8)
   try:
     with open("/proc/meminfo") as f:
       available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
