@@ -6,9 +6,11 @@ an idle machine); what is asserted is that every column the issue asks for is me
 """
 import json
 import math
+import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 
@@ -34,3 +36,38 @@ def test_train_step_benchmark_reports_every_column(tmp_path):
     assert "torch_compiled_tok_s" not in r and notes.get("torch_compiled"), notes
   table = (tmp_path / "train_step.md").read_text()
   assert "| cpu | pretrain | 64 | 2 (32) |" in table and "eager÷JAX" in table and "MFU" in table
+
+
+def test_thunk_report_counts_concurrency_exactly():
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import step_profile
+  ms = 1_000_000
+  pool_a, pool_b = "/host:CPU/tf_XLAEigen/1", "/host:CPU/tf_XLAEigen/2"
+  events = [("/host:CPU/python", 0, 10 * ms, step_profile.STEP_EVENT),
+            ("/host:CPU/python", 0, 9 * ms, "$train_step"),               # dispatch, not work
+            (pool_a, 0, 10 * ms, "ThunkExecutor::Execute"),               # a bracket, not a thunk
+            (pool_a, 1 * ms, 5 * ms, "ynn_fusion.3"),
+            (pool_a, 5 * ms, 9 * ms, "while.1"), (pool_a, 6 * ms, 7 * ms, "add_fusion.2"),  # body
+            (pool_b, 3 * ms, 6 * ms, "ynn_fusion.7"),
+            (pool_b, 12 * ms, 13 * ms, "copy.1")]                        # after the step
+  r = step_profile.thunk_report(events, top=5)
+  # 0 thunks in [0,1) and [9,10), 1 in [1,3) and [6,9), 2 in [3,6).
+  assert r["thunks_at_once_share"] == pytest.approx({0: 0.2, 1: 0.5, 2: 0.3})
+  assert r["thread_busy_share"] == pytest.approx([0.8, 0.3])
+  assert r["thunk_ms_per_step"] == pytest.approx(11.0)
+  assert r["top_thunks"][0] == dict(name="ynn_fusion", ms_per_step=pytest.approx(7.0), per_step=2.0)
+  assert {t["name"] for t in r["top_thunks"]} == {"ynn_fusion", "while"}
+
+
+def test_step_profile_traces_xla_thunks(tmp_path):
+  out = tmp_path / "profile.json"
+  done = subprocess.run(
+      [sys.executable, "benchmarks/step_profile.py", "--tiny", "--kinds", "pretrain", "--steps",
+       "2", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+  (r,) = json.loads(out.read_text())
+  assert r["step_ms"] > 0 and r["cores_busy"] > 0 and r["thunk_ms_per_step"] > 0
+  assert math.isclose(sum(r["thunks_at_once_share"].values()), 1.0, rel_tol=1e-6)
+  # The matmuls are XLA:CPU thunks of their own: the per-thunk trace events were on.
+  assert any(t["name"] in ("ynn_fusion", "dot", "xnn_fusion") for t in r["top_thunks"]), r
+  assert "thunks running at once" in done.stdout
