@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from spt_jax import config_lib, faults, init_from, param_groups, train
+from spt_jax import config_lib, faults, init_from, param_groups, train, workdir_lock
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import base as data_base
 from spt_jax.data import tasks
@@ -303,6 +303,11 @@ def run(config, workdir: str) -> dict:
   check_transfer_compatible(config, names)
   check_data_dirs(config, names)
   prepare_workdir(workdir)
+  with workdir_lock.hold(workdir, jax.process_index()):
+    return _run_phases(config, workdir, names)
+
+
+def _run_phases(config, workdir: str, names) -> dict:
   for name in names:
     check_workdir_config(config, name, _phase_dir(workdir, name))
   results, loaded, fingerprints = {}, {}, {}

@@ -43,7 +43,7 @@ from absl import app, flags, logging
 import ml_collections
 from ml_collections import config_flags
 
-from spt_jax import config_lib
+from spt_jax import config_lib, workdir_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
@@ -148,7 +148,10 @@ def _run_subprocess(overrides: dict, seed: int, run_dir: str) -> None:
       text = value if isinstance(value, str) else repr(value)
       args.append(f"--config.{key}={text}")
   os.makedirs(run_dir, exist_ok=True)
-  with open(os.path.join(run_dir, "log.txt"), "w") as log:
+  # Appended, not rewritten: a resumed run's log keeps the attempts before it.
+  with open(os.path.join(run_dir, "log.txt"), "a") as log:
+    log.write(f"==== sweep attempt {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(args)}\n")
+    log.flush()
     done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
   if done.returncode:
     raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
@@ -204,6 +207,13 @@ def _schedule(todo, processes: int, start: float) -> list[str]:
         failed.add(key)
         del pending[key]
       elif _ready(pending, running.values(), job):
+        elsewhere = workdir_lock.holder(job[3])
+        if elsewhere:  # another process is training it: leave it (and its log) alone
+          failures.append(f"{job[3]}: not run here, another process is running it ({elsewhere}); "
+                          f"re-run the sweep once it has finished")
+          failed.add(key)
+          del pending[key]
+          continue
         yield key, job
 
   if processes <= 1:

@@ -177,12 +177,14 @@ def test_sigterm_saves_the_latest_checkpoint_and_exits_0(gs_run):
 def test_a_url_workdir_gets_every_file_and_the_local_disk_none(gs_run, spt_run):
   bucket, results, cwd, records, _ = gs_run
   local = spt_run[0]
-  # The same files as the local run's, TensorBoard's events excepted: tensorboardX reaches gs://
+  # The same files as the local run's, TensorBoard's events and the lock file excepted: tensorboardX reaches gs://
   # only with google-cloud-storage, and the run says so once instead of failing. Which two latest steps
   # are kept differs (the stop saved step 4).
   steps = lambda paths: {re.sub(r"checkpoints/latest/\d+/", "checkpoints/latest/<step>/", p)
                          for p in paths}
-  assert steps(bucket.files()) == steps(p for p in outline(local) if "/tensorboard/" not in p)
+  # A local workdir also has its lock file (spt_jax/workdir_lock.py); a URL one is not locked.
+  assert steps(bucket.files()) == steps(p for p in outline(local) if "/tensorboard/" not in p
+                                        and not os.path.basename(p).startswith(".lock.process"))
   assert [p for p in os.listdir(cwd)] == [], "the run wrote into its working directory"
   assert not [p for p in os.listdir(bucket.root) if p != "runs"]
   tensorboard = [r.getMessage() for r in records if "TensorBoard" in r.getMessage()]

@@ -36,6 +36,7 @@ LAYERS = (
     # Models, task data, checkpoints, parameter handling, optimiser, metric files, theory models.
     ("components", ("spt_jax.models.*", "spt_jax.data.*", "spt_jax.checkpoints", "spt_jax.init_from",
                     "spt_jax.param_groups", "spt_jax.optim", "spt_jax.metric_writers",
+                    "spt_jax.workdir_lock",
                     "spt_jax.theory.*")),
     # Trees, fault points, the platform (devices, heap, backend kernels), multi-process start-up.
     ("utilities", ("spt_jax", "spt_jax.tree", "spt_jax.faults", "spt_jax.platform",
