@@ -39,7 +39,10 @@ def lines(xs, series: dict[str, tuple[np.ndarray, np.ndarray]], path: str, *, xl
     ax.plot(xs, mean, marker="o", label=label)
     ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
   if logx:
-    ax.set_xscale("symlog", linthresh=1)
+    # The linear part ends at the smallest positive x, so that a 0 (e.g. no pretraining) sits one
+    # decade's width left of it instead of several, and the positive xs keep their log spacing.
+    positive = [x for x in xs if x > 0]
+    ax.set_xscale("symlog", linthresh=min(positive) if positive else 1)
   ax.set_xticks(list(xs))
   ax.set_xticklabels([f"{x:g}" for x in xs])
   _finish_curves(fig, ax, path, xlabel, ylabel, title)
