@@ -8,6 +8,7 @@ reading and decoding.
 from __future__ import annotations
 
 import os
+import tempfile
 import shutil
 import socket
 
@@ -249,7 +250,7 @@ def numpy_grayscale(rgb: np.ndarray) -> np.ndarray:
 def test_imdb_with_mock_data():
   with mocked(6):
     batch = text.load_split("train", max_length=16, data_dir="/nonexistent")
-    source = tfds.data_source("imdb_reviews", split="train")
+    source = text.tfds_builder("imdb_reviews").as_data_source(split="train")
     expected = [source[i] for i in range(6)]
     val = text.load_split("val", max_length=16)
   assert batch["inputs"].dtype == np.uint16 and batch["inputs"].shape == (6, 16)
@@ -265,7 +266,7 @@ def test_imdb_with_mock_data():
 def test_cifar_with_mock_data():
   with mocked(20):
     splits = {split: image.load_split(split) for split in image.SPLITS}
-    source = tfds.data_source("cifar10", split="train")
+    source = text.tfds_builder("cifar10").as_data_source(split="train")
     rgb = np.stack([source[i]["image"] for i in range(20)])
     labels = [int(source[i]["label"]) for i in range(20)]
   assert {s: len(b["labels"]) for s, b in splits.items()} == {"train": 18, "val": 2, "test": 20}
@@ -371,3 +372,12 @@ def test_pathfinder_downsample_is_the_block_mean_and_the_signature_follows():
     pathfinder.downsample(image, 4, 3)
   cfg = config_lib.data_config("pathfinder", 32, downsample=2)
   assert tasks.signature(cfg)["max_length"] == 256
+
+
+def test_a_builder_for_an_unprepared_dir_leaves_nothing_in_tmp(tmp_path):
+  # TFDS's DatasetInfo.initialize_from_bucket makes a mkdtemp("tfds") it never removes.
+  leaked = lambda: {n for n in os.listdir(tempfile.gettempdir()) if n.endswith("tfds")}
+  before, saved = leaked(), tempfile.tempdir
+  builder = text.tfds_builder("imdb_reviews", data_dir=str(tmp_path))
+  assert not builder.is_prepared()
+  assert leaked() == before and tempfile.tempdir == saved

@@ -381,18 +381,15 @@ def can_build(name: str) -> tuple[bool, str]:
 
 def build(name: str, data_dir: str) -> None:
   """`tfds build NAME --data_dir=DIR` (downloads, then writes TFRecord shards; needs TensorFlow)."""
-  import tensorflow_datasets as tfds
-  tfds.builder(name, data_dir=data_dir).download_and_prepare()
+  text.tfds_builder(name, data_dir=data_dir).download_and_prepare()
 
 
 def check_tfds(task: str, data_dir: str, allow_build: bool = True) -> Report:
   module = text if task == "text" else image
   name = module.TFDS_NAME
   report = Report(f"{'Text' if task == 'text' else 'Image'} (TFDS {name}) under {data_dir}")
-  import tensorflow_datasets as tfds
-
   root = _tfds_root(data_dir, name)
-  if root is None or not tfds.builder(name, data_dir=root).is_prepared():
+  if root is None or not text.tfds_builder(name, data_dir=root).is_prepared():
     possible, why = can_build(name) if allow_build else (False, "building is off (--no_build)")
     if not possible:
       report.add(ERROR, f"{os.path.join(data_dir, name)}: TFDS {name} is not prepared there, and "
@@ -405,7 +402,7 @@ def check_tfds(task: str, data_dir: str, allow_build: bool = True) -> Report:
                      f"--data_dir={data_dir}`)")
     build(name, data_dir)
     root = data_dir
-  builder = tfds.builder(name, data_dir=root)
+  builder = text.tfds_builder(name, data_dir=root)
   info = builder.info
   formats = sorted(f.value for f in info.available_file_formats()) or ["unset (TFRecord)"]
   report.add(NOTE, f"found {builder.data_dir}: version {info.version}, "

@@ -15,6 +15,7 @@ shared with `image.py`.
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any, Sequence
 
 from absl import logging
@@ -53,6 +54,21 @@ def encode_bytes(docs: Sequence[bytes], max_length: int) -> np.ndarray:
   return out
 
 
+def tfds_builder(name: str, data_dir: str | None = None) -> Any:
+  """tfds.builder(name, data_dir=...), without the empty directory TFDS leaves in /tmp each time
+  it builds one for a directory where the dataset is not prepared (`DatasetInfo.
+  initialize_from_bucket` makes a `tempfile.mkdtemp("tfds")` it never removes): TFDS gets a
+  private temporary root for the call, removed after it."""
+  import tensorflow_datasets as tfds
+
+  with tempfile.TemporaryDirectory(prefix="spt_jax_tfds_") as private:
+    saved, tempfile.tempdir = tempfile.tempdir, private
+    try:
+      return tfds.builder(name, data_dir=data_dir)
+    finally:
+      tempfile.tempdir = saved
+
+
 def open_tfds_split(name: str, split: str, data_dir: str | None = None) -> Any:
   """Random-access view of a prepared TFDS split: `len(source)`, `source[i]` -> dict of numpy.
 
@@ -65,7 +81,7 @@ def open_tfds_split(name: str, split: str, data_dir: str | None = None) -> Any:
 
   if data_dir is not None:
     data_dir = os.path.expanduser(data_dir)
-  builder = tfds.builder(name, data_dir=data_dir)
+  builder = tfds_builder(name, data_dir=data_dir)
   if builder.is_prepared() and _reads_as_tfrecord(builder):
     builder.info.set_file_format(tfds.core.FileFormat.TFRECORD, override=True,
                                  override_if_initialized=True)
