@@ -304,7 +304,9 @@ class SequenceModel(nn.Module):
     """The encoder's input and its real-position mask [B', L'] (pairs [B, 2, L] flattened to
     [2B, L]; the model's CLS token prepended for pooling='cls')."""
     cfg = self.cfg
-    inputs = inputs.reshape(-1, inputs.shape[-1])
+    # As a JAX array: a numpy int64 batch (eager use) becomes JAX's default integer type instead of
+    # asking jnp.full below for a dtype that is unavailable without x64.
+    inputs = jnp.asarray(inputs).reshape(-1, inputs.shape[-1])
     if cfg.input_kind == "tokens":
       mask = inputs != PAD_ID
       if cfg.pooling == "cls":
