@@ -42,6 +42,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
+    holder.stdout.close()
   assert workdir_lock.holder(str(tmp_path)) is None  # the kernel released it: no stale lock
   with workdir_lock.hold(str(tmp_path)):
     assert workdir_lock.holder(str(tmp_path)).startswith(f"pid {os.getpid()}: ")
