@@ -6,15 +6,20 @@
 set -u
 RUNS=${1:-runs/lra_cpu}
 mkdir -p "$RUNS"
-analyse() {  # sweep 7: attention of seed 0's SPT and scratch checkpoints
+analyse() {  # sweep 7: attention of every seed's SPT and scratch checkpoints, then the table
   local W=$RUNS/$1
-  for run in spt/seed_0/pretrain spt/seed_0/finetune scratch/seed_0/finetune; do
-    [ -d "$W/$run" ] && python -m spt_jax.analysis --run="$W/$run" \
-      --out="$W/attention/${run//\//_}" >> "$W/attention.log" 2>&1
+  for seed in 0 1 2; do
+    for run in spt/seed_$seed/pretrain spt/seed_$seed/finetune scratch/seed_$seed/finetune; do
+      [ -d "$W/$run" ] && [ ! -f "$W/attention/${run//\//_}/metrics.json" ] && \
+        python -m spt_jax.analysis --run="$W/$run" --out="$W/attention/${run//\//_}" \
+          >> "$W/attention.log" 2>&1
+    done
+    [ -d "$W/scratch/seed_$seed/finetune" ] && \
+      [ ! -f "$W/attention/scratch_seed_${seed}_init/metrics.json" ] && python -m spt_jax.analysis \
+        --run="$W/scratch/seed_$seed/finetune" --checkpoint=init \
+        --out="$W/attention/scratch_seed_${seed}_init" >> "$W/attention.log" 2>&1
   done
-  [ -d "$W/scratch/seed_0/finetune" ] && python -m spt_jax.analysis \
-    --run="$W/scratch/seed_0/finetune" --checkpoint=init --out="$W/attention/scratch_seed_0_init" \
-    >> "$W/attention.log" 2>&1
+  python scripts/attention_table.py --dir="$W/attention" > "$W/attention/table.md"
 }
 # Pathfinder's ablations come first: it is the task where SPT beats scratch at this scale, so it
 # is where an ablation has a gain to take apart.
