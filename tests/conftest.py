@@ -71,14 +71,23 @@ def pytest_unconfigure(config):
   shutil.rmtree(config.stash.get(_XLA_CACHE, ""), ignore_errors=True)
 
 
-@functools.cache
-def tfds_fixtures():
-  """tests/fixtures/tfds/make_fixtures.py, the one definition of the TFDS fixtures' examples."""
-  spec = importlib.util.spec_from_file_location(
-      "make_tfds_fixtures", os.path.join(TFDS_FIXTURES, "make_fixtures.py"))
+def load_module(name: str, path: str):
+  """The Python file at `path` as a module named `name` (for files outside any package)."""
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+@functools.cache
+def tfds_fixtures():
+  """tests/fixtures/tfds/make_fixtures.py, the one definition of the TFDS fixtures' examples."""
+  return load_module("make_tfds_fixtures", os.path.join(TFDS_FIXTURES, "make_fixtures.py"))
+
+
+def load_script(name: str):
+  """scripts/<name>.py as a module."""
+  return load_module(name, os.path.join(ROOT, "scripts", f"{name}.py"))
 
 
 def load_config(name: str, arg=None):

@@ -1,18 +1,13 @@
 """scripts/attention_table.py: per-seed attention metrics and their mean ± std, as the study uses."""
-import importlib.util
 import json
 import os
 
 import pytest
-from conftest import ROOT
+from conftest import load_script
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location(
-      "attention_table", os.path.join(ROOT, "scripts", "attention_table.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("attention_table")
 
 
 def _write(root, name, layers):

@@ -1,6 +1,5 @@
 """docs/configs.md is generated from the LRA configs; a config that drifts from it (or from the sourced
 table in spt_jax/lra_table.py) fails here, so a changed default is a visible change to the docs."""
-import importlib.util
 import os
 
 import jax
@@ -8,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from spt_jax import config_lib, lra_table, optim
 from spt_jax.models import transformer
 
@@ -15,11 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location(
-      "config_table", os.path.join(ROOT, "scripts", "config_table.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("config_table")
 
 
 def test_docs_configs_md_is_generated_from_the_configs():
