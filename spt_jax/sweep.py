@@ -200,21 +200,22 @@ def _schedule(todo, processes: int, start: float) -> list[str]:
   pending = {(job[0], job[2]): job for job in todo}  # (name, seed) -> job
   failed, failures, running = set(), [], {}
 
+  def drop(key, message):
+    failures.append(message)
+    failed.add(key)
+    del pending[key]
+
   def launchable():
     for key, job in list(pending.items()):
       if any((d, job[2]) in failed for d in job[4]):
-        failures.append(f"{job[3]}: not run, it starts from a run that failed")
-        failed.add(key)
-        del pending[key]
+        drop(key, f"{job[3]}: not run, it starts from a run that failed")
       elif _ready(pending, running.values(), job):
         elsewhere = workdir_lock.holder(job[3])
         if elsewhere:  # another process is training it: leave it (and its log) alone
-          failures.append(f"{job[3]}: not run here, another process is running it ({elsewhere}); "
-                          f"re-run the sweep once it has finished")
-          failed.add(key)
-          del pending[key]
-          continue
-        yield key, job
+          drop(key, f"{job[3]}: not run here, another process is running it ({elsewhere}); "
+                    f"re-run the sweep once it has finished")
+        else:
+          yield key, job
 
   if processes <= 1:
     while pending:
