@@ -50,12 +50,15 @@ def test_scratch_smoke_config_builds_its_phase(task, cache_dir):
 def test_smoke_config_runs(task, kind, tmp_path, cache_dir):
   config = load_config(f"{task}_{kind}", "smoke")
   _cache(config, cache_dir)
-  start = time.time()
+  start, start_cpu = time.time(), time.process_time()
   with _data_context(task):
     results = experiment.run(config, str(tmp_path))
-  elapsed = time.time() - start
-  # The bound for a smoke run on 2 CPU cores; the slowest (pathx-spt) takes ~17 s idle.
-  assert elapsed < 60, f"{task}_{kind}.py:smoke took {elapsed:.0f} s (limit 60 s)"
+  elapsed, cpu = time.time() - start, time.process_time() - start_cpu
+  # A smoke run must finish within a minute on 2 CPU cores. Wall time says so on an idle machine;
+  # on a loaded one (a sweep beside the suite) the run also waits for other processes, and its own
+  # CPU time, all the work an idle machine would have to do, is what still measures the config.
+  assert min(elapsed, cpu) < 60, (f"{task}_{kind}.py:smoke took {elapsed:.0f} s, {cpu:.0f} s of "
+                                  f"CPU (limit 60 s)")
   assert set(results) == set(config.phases.split(","))
   assert 0 <= results["finetune"]["test_of_best"]["accuracy"] <= 1
   assert all(r["steps"] > 0 and r["steps_per_sec"] for r in results.values())
