@@ -86,3 +86,31 @@ def weights(rows, losses, path: str, title: str) -> None:
   for name in losses:
     ax.plot(steps, [r[name] for r in rows], label=name)
   _finish_curves(fig, ax, path, "step", "loss weight", title)
+
+
+def weight_grid(arms: dict, path: str, title: str) -> None:
+  """One panel per arm: every seed's weight of every loss against the step (colour = loss).
+  arms = {arm: {seed: (steps, {loss: weights})}}."""
+  colours = {}
+  n = len(arms)
+  cols = min(n, 2)
+  rows = -(-n // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows), squeeze=False,
+                           sharey=True)
+  for ax, (arm, seeds) in zip(axes.flat, arms.items()):
+    for steps, weights in seeds.values():
+      for loss, values in weights.items():
+        colour = colours.setdefault(loss, f"C{len(colours)}")
+        ax.plot(steps, values, color=colour, alpha=0.7, linewidth=1.0)
+    ax.set_title(f"{arm} ({len(seeds)} seeds)", fontsize=9)
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel("normalised weight", fontsize=8)
+    ax.grid(alpha=0.3)
+  for ax in list(axes.flat)[n:]:
+    ax.set_visible(False)
+  handles = [matplotlib.lines.Line2D([], [], color=c, label=loss) for loss, c in colours.items()]
+  fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=len(handles))
+  fig.suptitle(title, fontsize=10, x=0.02, ha="left")
+  fig.tight_layout(rect=(0, 0, 1, 0.95))
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
