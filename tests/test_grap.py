@@ -635,6 +635,7 @@ def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_pat
   with pytest.raises(FileNotFoundError, match="run the search first"):
     config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
   sweeps = [search, compare, config_lib.load_config("configs/sweeps/grap_compare.py:count,labels"),
+            config_lib.load_config("configs/sweeps/grap_redundancy.py:methods"),
             config_lib.load_config("configs/sweeps/grap_redundancy.py")]
   for sw in sweeps:
     sweep.check_sweep(sw)
@@ -648,5 +649,8 @@ def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_pat
         assert config.pretrain.composite.weighting == "fixed"
         assert all(0.01 <= w <= 1 for w in config.pretrain.composite.fixed_weights)
   assert len(sweeps[-1].runs) == 4 and sweeps[-1].seeds == (0, 1, 2, 3, 4)
+  methods = {sweep.parse_run(r)[0]: sweep.parse_run(r)[1] for r in sweeps[-2].runs}
+  assert sweeps[-2].output == "methods" and {o.get("pretrain.grap.probe") for o in
+                                             methods.values()} == {"token_mlp", None}
   with pytest.raises(ValueError, match="fixed= gives 2 weights"):
     config_lib.load_config("configs/sweeps/grap_arms.py:count,msr,fixed=0.1/0.2")

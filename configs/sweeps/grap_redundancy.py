@@ -1,6 +1,7 @@
 r"""Issue 18, acceptance 2: does GraP drive a redundant loss down where its probe can read the label?
 
   python -m spt_jax.sweep --config=configs/sweeps/grap_redundancy.py --workdir=runs/grap_redundancy
+  python -m spt_jax.sweep --config=configs/sweeps/grap_redundancy.py:methods --workdir=runs/grap_redundancy
   python -m spt_jax.sweep --config=configs/sweeps/grap_redundancy.py:smoke --workdir=/tmp/grap_red
 
 Pretraining only (GraP's weights are the result), 2,500 steps, 5 seeds, on both tasks where the
@@ -16,6 +17,12 @@ useful loss keeps at least 30% (`useful_above_30pct`); the table's means of thes
 fraction of seeds. A run whose probe is below chance + 15 points says "GraP not applicable (probe
 reads nothing)" (`applicable` false) and has no verdict. `smoke`: the first run only, one seed, at
 the smoke sizes (the check that the sweep runs).
+
+`methods`: what else GraP itself offers, on the arm where the criterion failed for want of signal
+(count, {mlm, span, random}); the task is not touched. One option changed per arm, 5 seeds, output
+`<workdir>/methods`: the reference's per-token MLP probe (pretpp's `token_mlp`), the 'scaled-sgd'
+parametrisation (the start point `equal_norm`), and a start delay of 250 steps (the probe learns
+for 10% of the run before the logits move). `python -m spt_jax.analysis.grap_runs` reads both.
 """
 from spt_jax.config_lib import parse_variants, sweep_config
 
@@ -30,8 +37,22 @@ METRICS = ("pretrain.grap.relative_weight.random", "pretrain.grap.useless_below_
            "pretrain.wall_time_sec")
 
 
+# The `methods` stage's arms: GraP's options, each against the defaults of count_msr.
+METHODS = {"count_msr_token_mlp": "pretrain.grap.probe=token_mlp",
+           "count_msr_scaled_sgd": "pretrain.grap.parametrisation=scaled-sgd",
+           "count_msr_delay250": "pretrain.grap.delay_steps=250"}
+
+
 def get_config(arg=None):
-  smoke = "smoke" in parse_variants(arg, ("smoke",), __file__)
+  variants = parse_variants(arg, ("smoke", "methods"), __file__)
+  smoke = "smoke" in variants
+  if "methods" in variants:
+    runs = [f"{name}: config={ARMS}:count,msr{',smoke' if smoke else ''} phases=pretrain {option}"
+            for name, option in METHODS.items()]
+    return sweep_config(base=f"{ARMS}:count,msr", runs=runs[:1] if smoke else runs,
+                        seeds=(0,) if smoke else (0, 1, 2, 3, 4), metrics=METRICS, steps_to=0.0,
+                        output="methods",
+                        title="GraP redundancy test, count {mlm, span, random}: GraP's options")
   runs = [f"{task}_{losses}: config={ARMS}:{task},{losses}{',smoke' if smoke else ''} "
           f"phases=pretrain" for task in TASKS for losses in LOSS_SETS]
   return sweep_config(base=f"{ARMS}:count,msr", runs=runs[:1] if smoke else runs,
