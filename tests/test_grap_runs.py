@@ -64,3 +64,11 @@ def test_a_missing_arm_is_named(tmp_path):
   _fake_phase(sweep, "arm_a", 0)
   with pytest.raises(FileNotFoundError, match="arm_z"):
     grap_runs.find_runs(sweep, ["arm_a", "arm_z"])
+
+
+def test_importable_next_to_the_attention_cli():
+  """Flags are defined only when run as a program: importing it beside spt_jax.analysis.__main__
+  (which has --out too) must not clash."""
+  import importlib
+  importlib.import_module("spt_jax.analysis.__main__")
+  importlib.reload(grap_runs)

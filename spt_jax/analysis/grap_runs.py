@@ -37,12 +37,6 @@ from absl import app, flags
 
 from spt_jax.analysis import plots
 
-flags.DEFINE_string("sweep", None, "A sweep workdir whose runs are <arm>/seed_<s>/pretrain.")
-flags.DEFINE_list("arms", [], "Arms (run names) to include; default: every GraP run found.")
-flags.DEFINE_string("out", None, "Directory for grap_weights.{md,json,png}.")
-flags.DEFINE_integer("block", 5, "Weight rows per block for the alignments' standard error.")
-flags.mark_flags_as_required(["sweep", "out"])
-FLAGS = flags.FLAGS
 
 
 def _weight_rows(phase_dir: str) -> list[dict]:
@@ -165,6 +159,20 @@ def write(sweep: str, arms: list[str], out: str, block: int) -> str:
   return table
 
 
+# ---------------------------------------------------------------------------------------- CLI
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command line's flags; defined only when run as a program, so that importing this module
+  next to spt_jax.analysis.__main__ (which also has --out) does not clash."""
+  flags.DEFINE_string("sweep", None, "A sweep workdir whose runs are <arm>/seed_<s>/pretrain.")
+  flags.DEFINE_list("arms", [], "Arms (run names) to include; default: every GraP run found.")
+  flags.DEFINE_string("out", None, "Directory for grap_weights.{md,json,png}.")
+  flags.DEFINE_integer("block", 5, "Weight rows per block for the alignments' standard error.")
+  flags.mark_flags_as_required(["sweep", "out"])
+
+
 def main(argv):
   del argv
   print(write(FLAGS.sweep, FLAGS.arms, FLAGS.out, FLAGS.block))
@@ -172,4 +180,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
