@@ -1,13 +1,16 @@
 r"""Issue 18, acceptance 3 and 4: GraP against the baselines and a random weight search, at equal
 fine-tune budget, and GraP's label-leakage ablation. Three stages per task (`count` or `markov`),
-all in ONE workdir so that stages share runs (the sweep runner's run_spec.json keeps that safe):
+all in the task's ONE workdir so that stages share runs (the sweep runner's run_spec.json keeps
+that safe); the two tasks need two workdirs, as their runs have the same names (the runner refuses
+a run directory started with other overrides):
 
-  W=runs/grap_compare
+  W=runs/grap_compare/markov
   python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov,search --workdir=$W
   python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov --workdir=$W
   python -m spt_jax.sweep --config=configs/sweeps/grap_compare.py:markov,labels --workdir=$W
-  (the same with `count`; the second stage reads the first's $W/markov_search/results.json: give
-  `from=<W>` in the variant, e.g. `:markov,from=/abs/W`, when W is not runs/grap_compare)
+  (the same with `count` and runs/grap_compare/count; the second stage reads the first's
+  $W/<task>_search/results.json: give `from=<W>` in the variant, e.g. `:markov,from=/abs/W`, when W
+  is not runs/grap_compare/<task>)
 
 search   the random search: 12 settings of fixed weights on the raw losses (mlm, span, contrastive,
          random), each drawn log-uniform in [0.01, 1] (numpy default_rng(18), listed in SEARCH),
@@ -103,7 +106,7 @@ def get_config(arg=None):
     names = ["grap"] + [f"labels_{f:g}" for f in LABEL_FRACTIONS]
   else:
     stage, seeds = "compare", (0, 1, 2)
-    top = _top_searches(task, options.get("from", "runs/grap_compare"), 1 if smoke else 3)
+    top = _top_searches(task, options.get("from", f"runs/grap_compare/{task}"), 1 if smoke else 3)
     names = ["grap", "raw_sum", "equal_norm", *top, "spt", "scratch"]
   if smoke:  # One new run: the search's first setting, GraP, or the smallest label fraction.
     seeds = (0,)
