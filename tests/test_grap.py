@@ -631,7 +631,7 @@ def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_pat
   compare = config_lib.load_config(f"configs/sweeps/grap_compare.py:markov,from={tmp_path}")
   names = [sweep.parse_run(r)[0] for r in compare.runs]
   assert names == ["grap", "raw_sum", "equal_norm", "search_01", "search_03", "search_05", "spt",
-                   "scratch"]
+                   "scratch", "grap_msr", "raw_sum_msr"]
   with pytest.raises(FileNotFoundError, match="run the search first"):
     config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
   sweeps = [search, compare, config_lib.load_config("configs/sweeps/grap_compare.py:count,labels"),

@@ -18,8 +18,10 @@ search   the random search: 12 settings of fixed weights on the raw losses (mlm,
 (none)   the comparison, seeds 0-2: GraP (defaults), raw_sum and equal_norm (the two uniform
          baselines), the 3 search settings with the best seed-0 fine-tune validation accuracy rerun
          (their seed-0 runs are the search's; "best fixed" is the best of them on mean validation
-         accuracy), plain masked-token SPT (the composite with mlm alone) and fine-tuning from
-         scratch; output $W/<task>_compare
+         accuracy), plain masked-token SPT (the composite with mlm alone), fine-tuning from
+         scratch, and GraP and raw_sum without the contrastive loss (msr = mlm, span, random: is
+         it the contrastive loss that separates the composites from plain SPT?); output
+         $W/<task>_compare
 labels   GraP with the probe's labels from the first 100% ('grap', the comparison's run), 10% and
          1% of the training set, seeds 0-2; output $W/<task>_labels
 smoke    with any stage: the smoke sizes, seed 0, one new run (the checks that the stages run)
@@ -59,7 +61,9 @@ def _arms(task: str, smoke: bool) -> dict[str, str]:
   arms = {"grap": base, "raw_sum": f"{base} pretrain.composite.weighting=raw_sum",
           "equal_norm": f"{base} pretrain.composite.weighting=equal_norm",
           "spt": f"{config('mlm')} pretrain.composite.weighting=raw_sum",
-          "scratch": f"{base} phases=finetune finetune.init_from.source="}
+          "scratch": f"{base} phases=finetune finetune.init_from.source=",
+          "grap_msr": config("msr"),
+          "raw_sum_msr": f"{config('msr')} pretrain.composite.weighting=raw_sum"}
   for i, weights in enumerate(SEARCH):
     arms[f"search_{i:02d}"] = config("mscr", f"fixed={'/'.join(map(str, weights))}")
   for fraction in LABEL_FRACTIONS:
@@ -107,10 +111,10 @@ def get_config(arg=None):
   else:
     stage, seeds = "compare", (0, 1, 2)
     top = _top_searches(task, options.get("from", f"runs/grap_compare/{task}"), 1 if smoke else 3)
-    names = ["grap", "raw_sum", "equal_norm", *top, "spt", "scratch"]
+    names = ["grap", "raw_sum", "equal_norm", *top, "spt", "scratch", "grap_msr", "raw_sum_msr"]
   if smoke:  # One new run: the search's first setting, GraP, or the smallest label fraction.
     seeds = (0,)
     names = {"search": names[:1], "labels": names[-1:], "compare": ["grap"] + names[3:4]}[stage]
-  return sweep_config(base=f"{ARMS}:{task},mscr", runs=[f"{n}: {arms[n]}" for n in names], seeds=seeds,
-                      metrics=METRICS, steps_to=0.0, output=f"{task}_{stage}",
+  return sweep_config(base=f"{ARMS}:{task},mscr", runs=[f"{n}: {arms[n]}" for n in names],
+                      seeds=seeds, metrics=METRICS, steps_to=0.0, output=f"{task}_{stage}",
                       title=f"GraP issue 18 ({task}, {stage}): fine-tune test accuracy")
