@@ -634,7 +634,13 @@ def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_pat
                    "scratch", "grap_msr", "raw_sum_msr"]
   with pytest.raises(FileNotFoundError, match="run the search first"):
     config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
-  sweeps = [search, compare, config_lib.load_config("configs/sweeps/grap_compare.py:count,labels"),
+  ablation = config_lib.load_config("configs/sweeps/grap_compare.py:markov,ablation")
+  assert [sweep.parse_run(r)[0] for r in ablation.runs] == [
+      "spt", "raw_sum_ms", "raw_sum_mc", "raw_sum_mr", "raw_sum_msr", "raw_sum"]
+  with pytest.raises(ValueError, match="at most one of the stages"):
+    config_lib.load_config("configs/sweeps/grap_compare.py:markov,labels,ablation")
+  sweeps = [search, compare, ablation,
+            config_lib.load_config("configs/sweeps/grap_compare.py:count,labels"),
             config_lib.load_config("configs/sweeps/grap_redundancy.py:methods"),
             config_lib.load_config("configs/sweeps/grap_redundancy.py")]
   for sw in sweeps:

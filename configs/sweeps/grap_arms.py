@@ -7,7 +7,7 @@ fixed weights, both named in the variant.
   <task>     count (configs/synthetic_grap.py:count), markov (configs/markov_grap.py) or adjacency
              (configs/synthetic_grap.py, the documented negative result)
   <losses>   mlm (plain masked-token SPT through the composite), msr (mlm, span, random), mscr
-             (mlm, span, contrastive, random)
+             (mlm, span, contrastive, random); ms, mc, mr: mlm with one other loss
   fixed=w/.. weighting='fixed' with these weights on the raw losses, one per loss, in that order
   smoke      the task config's smoke sizes
 
@@ -21,7 +21,8 @@ from spt_jax import config_lib
 
 TASKS = {"count": ("configs/synthetic_grap.py", ("count",)), "markov": ("configs/markov_grap.py", ()),
          "adjacency": ("configs/synthetic_grap.py", ())}
-LOSS_SETS = {"mlm": ("mlm",), "msr": ("mlm", "span", "random"),
+LOSS_SETS = {"mlm": ("mlm",), "ms": ("mlm", "span"), "mc": ("mlm", "contrastive"),
+             "mr": ("mlm", "random"), "msr": ("mlm", "span", "random"),
              "mscr": ("mlm", "span", "contrastive", "random")}
 
 

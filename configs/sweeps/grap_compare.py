@@ -22,6 +22,9 @@ search   the random search: 12 settings of fixed weights on the raw losses (mlm,
          scratch, and GraP and raw_sum without the contrastive loss (msr = mlm, span, random: is
          it the contrastive loss that separates the composites from plain SPT?); output
          $W/<task>_compare
+ablation which loss costs the composite its fine-tuning accuracy: raw_sum with mlm and one other
+         loss (ms, mc, mr: span, contrastive, random), seeds 0-2, next to the comparison's spt,
+         raw_sum_msr and raw_sum (all four losses) runs; output $W/<task>_ablation
 labels   GraP with the probe's labels from the first 100% ('grap', the comparison's run), 10% and
          1% of the training set, seeds 0-2; output $W/<task>_labels
 smoke    with any stage: the smoke sizes, seed 0, one new run (the checks that the stages run)
@@ -51,6 +54,8 @@ SELECT = "finetune.best_val.accuracy"  # the search picks on validation, never o
 METRICS = ("finetune.test_of_best.accuracy", SELECT, "pretrain.wall_time_sec",
            "pretrain.steps_per_sec", "pretrain.grap.probe_val_accuracy", "pretrain.grap.applicable")
 LABEL_FRACTIONS = (0.1, 0.01)
+STAGES = ("search", "labels", "ablation")
+ABLATION = ("ms", "mc", "mr")  # mlm with one other loss (configs/sweeps/grap_arms.py)
 
 
 def _arms(task: str, smoke: bool) -> dict[str, str]:
@@ -62,10 +67,11 @@ def _arms(task: str, smoke: bool) -> dict[str, str]:
           "equal_norm": f"{base} pretrain.composite.weighting=equal_norm",
           "spt": f"{config('mlm')} pretrain.composite.weighting=raw_sum",
           "scratch": f"{base} phases=finetune finetune.init_from.source=",
-          "grap_msr": config("msr"),
-          "raw_sum_msr": f"{config('msr')} pretrain.composite.weighting=raw_sum"}
+          "grap_msr": config("msr")}
   for i, weights in enumerate(SEARCH):
     arms[f"search_{i:02d}"] = config("mscr", f"fixed={'/'.join(map(str, weights))}")
+  for losses in (*ABLATION, "msr"):
+    arms[f"raw_sum_{losses}"] = f"{config(losses)} pretrain.composite.weighting=raw_sum"
   for fraction in LABEL_FRACTIONS:
     arms[f"labels_{fraction:g}"] = f"{base} pretrain.grap.label_fraction={fraction}"
   return arms
@@ -94,11 +100,11 @@ def get_config(arg=None):
     raise ValueError(f"configs/sweeps/grap_compare.py: unknown option(s) {sorted(options)}; "
                      f"known: from=<workdir of the search>.")
   variants = parse_variants(",".join(a for a in items if "=" not in a),
-                            (*TASKS, "search", "labels", "smoke"), __file__)
+                            (*TASKS, *STAGES, "smoke"), __file__)
   tasks = variants & set(TASKS)
-  if len(tasks) != 1 or {"search", "labels"} <= variants:
+  if len(tasks) != 1 or len(variants & set(STAGES)) > 1:
     raise ValueError(f"configs/sweeps/grap_compare.py takes one task of {sorted(TASKS)} and at "
-                     f"most one of the stages 'search', 'labels', got {arg!r}.")
+                     f"most one of the stages {STAGES}, got {arg!r}.")
   (task,) = tasks
   smoke = "smoke" in variants
   arms = _arms(task, smoke)
@@ -108,13 +114,17 @@ def get_config(arg=None):
   elif "labels" in variants:
     stage, seeds = "labels", (0, 1, 2)
     names = ["grap"] + [f"labels_{f:g}" for f in LABEL_FRACTIONS]
+  elif "ablation" in variants:
+    stage, seeds = "ablation", (0, 1, 2)
+    names = ["spt", *(f"raw_sum_{losses}" for losses in ABLATION), "raw_sum_msr", "raw_sum"]
   else:
     stage, seeds = "compare", (0, 1, 2)
     top = _top_searches(task, options.get("from", f"runs/grap_compare/{task}"), 1 if smoke else 3)
     names = ["grap", "raw_sum", "equal_norm", *top, "spt", "scratch", "grap_msr", "raw_sum_msr"]
   if smoke:  # One new run: the search's first setting, GraP, or the smallest label fraction.
     seeds = (0,)
-    names = {"search": names[:1], "labels": names[-1:], "compare": ["grap"] + names[3:4]}[stage]
+    names = {"search": names[:1], "labels": names[-1:], "ablation": names[1:2],
+             "compare": ["grap"] + names[3:4]}[stage]
   return sweep_config(base=f"{ARMS}:{task},mscr", runs=[f"{n}: {arms[n]}" for n in names],
                       seeds=seeds, metrics=METRICS, steps_to=0.0, output=f"{task}_{stage}",
                       title=f"GraP issue 18 ({task}, {stage}): fine-tune test accuracy")
