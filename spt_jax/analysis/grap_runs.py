@@ -35,14 +35,12 @@ import os
 import numpy as np
 from absl import app, flags
 
-from spt_jax.analysis import plots
-
+from spt_jax.analysis import plots, report
 
 
 def _weight_rows(phase_dir: str) -> list[dict]:
-  with open(os.path.join(phase_dir, "metrics.jsonl")) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
-  return sorted((r for r in rows if r.get("split") == "weights"), key=lambda r: r["step"])
+  rows = report.read_metrics(os.path.join(phase_dir, "metrics.jsonl"))
+  return sorted((r for r in rows if r["split"] == "weights"), key=lambda r: r["step"])
 
 
 def alignment_signal(values: np.ndarray, block: int) -> tuple[float, float]:
