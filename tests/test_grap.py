@@ -634,6 +634,16 @@ def test_issue18_sweeps_resolve_rerun_the_best_search_and_stay_resumable(tmp_pat
                    "scratch", "grap_msr", "raw_sum_msr"]
   with pytest.raises(FileNotFoundError, match="run the search first"):
     config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
+  # Saturated validation accuracy (count): ties go to the lower final validation loss, not the name.
+  tied = [{"run": f"search_{i:02d}", "finetune.best_val.accuracy_mean": 1.0 if i < 5 else 0.9,
+           "finetune.final_val.loss_mean": loss}
+          for i, loss in enumerate([0.5, 0.1, 0.4, 0.05, 0.3, 0.01, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3])]
+  os.makedirs(tmp_path / "count_search")
+  with open(tmp_path / "count_search" / "results.json", "w") as f:
+    json.dump(tied, f)
+  count = config_lib.load_config(f"configs/sweeps/grap_compare.py:count,from={tmp_path}")
+  assert [sweep.parse_run(r)[0] for r in count.runs][3:6] == ["search_03", "search_01", "search_04"]
+  assert count.steps_to == 0.99 and compare.steps_to == 0.0
   ablation = config_lib.load_config("configs/sweeps/grap_compare.py:markov,ablation")
   assert [sweep.parse_run(r)[0] for r in ablation.runs] == [
       "spt", "raw_sum_ms", "raw_sum_mc", "raw_sum_mr", "raw_sum_msr", "raw_sum"]
