@@ -111,9 +111,9 @@ SMOKE_PHASE = dict(num_steps=60, warmup_steps=10, log_every_steps=10, eval_every
 LRA_SMOKE_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64)
 
 
-def lra_smoke_phase(num_steps: int = 20, batch_size: int = 8) -> dict:
+def lra_smoke_phase(num_steps: int = 20, batch_size: int = 8, max_eval_batches: int = 4) -> dict:
   return dict(num_steps=num_steps, batch_size=batch_size, warmup_steps=2, log_every_steps=5,
-              eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=4)
+              eval_every_steps=10, checkpoint_every_steps=10, max_eval_batches=max_eval_batches)
 
 
 # ------------------------------------------------------------------ sequence tasks generated in memory
