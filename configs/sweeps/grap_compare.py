@@ -19,8 +19,9 @@ search   the random search: 12 settings of fixed weights on the raw losses (mlm,
          baselines), the 3 search settings with the best seed-0 fine-tune validation accuracy rerun
          (ties broken by the lower final validation loss; their seed-0 runs are the search's;
          "best fixed" is the best of them on mean validation accuracy), plain masked-token SPT
-         (the composite with mlm alone), fine-tuning from scratch, and GraP and raw_sum without the contrastive loss (msr = mlm, span, random: is
-         it the contrastive loss that separates the composites from plain SPT?); output
+         (the composite with mlm alone), fine-tuning from scratch, and GraP and raw_sum without
+         the contrastive loss (msr = mlm, span, random: is it the contrastive loss that separates
+         the composites from plain SPT?); output
          $W/<task>_compare. On count, where fine-tuning saturates, the tables add the fine-tune
          steps to 99% validation accuracy (`steps_to_val`)
 ablation which loss costs the composite its fine-tuning accuracy: raw_sum with mlm and one other
