@@ -1061,10 +1061,11 @@ def smoke(cfg) -> dict:
   # Path-X: local attention windows of 3×256 keep the smoke run's 16k-token scores small (3×1024:
   # 0.8 GB).
   model = dict(LRA_SMOKE_MODEL, **(dict(attention_block_size=256) if pathx else {}))
-  # Path-X's smoke is compile-bound (16k tokens): the fewest steps and eval batches that still
-  # exercise warmup, logging and evaluation keep it under a minute beside a second test worker.
+  # Both are step- or compile-bound on 2 cores (1k, 16k tokens): the fewest steps and eval batches
+  # that still exercise warmup, logging and evaluation keep them under a minute beside a second
+  # test worker on a slow host.
   return {"data": dict(generator=dict(num_images=16 if pathx else 300, seed=0)), "model": model,
-          "phase": lra_smoke_phase(4, 2, max_eval_batches=1) if pathx else lra_smoke_phase()}
+          "phase": lra_smoke_phase(4, 2, max_eval_batches=1) if pathx else lra_smoke_phase(10)}
 
 
 TASK = Task("pathfinder", data_config, load, signature, smoke)
