@@ -23,6 +23,13 @@ flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, how many devices the
                      "over 40 s, which happened to 6 of 10 runs beside 3 busy processes "
                      "(benchmarks/README.md); logged as a warning. A resumed run must use the same "
                      "count to be bit-identical (spt_jax/platform.py).")
+flags.DEFINE_string("cores", "", "CPU cores this run may use, e.g. '0', '0,1' or '2-3' (Linux): the "
+                    "process is confined to them and XLA sizes its thread pools to match, so that "
+                    "runs sharing a machine each keep cores of their own ('': all; the sweep "
+                    "runner gives each of its processes a disjoint set). A run is bit-identical "
+                    "for the same number of cores; another number changes float32 rounding "
+                    "(XLA:CPU splits some operations by its thread count), so resume a run with "
+                    "the count it started with.")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
                   "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
                   "up to ~5x the step's temporaries in resident memory (given back automatically "
@@ -36,7 +43,7 @@ def main(argv):
   # Before anything touches a device: the backend is created once, and one created before joining
   # the multi-process job would only ever see this process's devices.
   platform.configure_process(flags.FLAGS.config, flags.FLAGS.cpu_devices,
-                             flags.FLAGS.retain_freed_memory)
+                             flags.FLAGS.retain_freed_memory, cores=flags.FLAGS.cores)
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)

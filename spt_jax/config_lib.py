@@ -39,6 +39,10 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       eval_batch_size=0,            # 0: same as batch_size
       num_epochs=1.0,               # used when num_steps == 0
       num_steps=0,
+      match_compute_of="",          # a run directory: instead of num_steps/num_epochs, train as many
+                                    # steps as that run's training FLOPs (all its phases, its
+                                    # results.json) buy at this phase's FLOPs per step (rounded up):
+                                    # a compute-matched baseline (spt_jax/flops.py)
       learning_rate=1e-3,
       warmup_steps=1000,
       schedule="constant",          # 'constant' | 'cosine' | 'linear' after the linear warmup
@@ -51,6 +55,16 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       eval_every_steps=1000,
       checkpoint_every_steps=1000,
       max_eval_batches=0,           # 0: the whole split
+      select_on="",                 # validation metric whose best value picks the checkpoint that is
+                                    # tested and handed off: '' = the objective's (masked accuracy or
+                                    # R² for SPT, as Amos et al.; accuracy for classification), or
+                                    # any it reports, e.g. 'loss' (a '*loss' metric: lowest wins)
+      stop_on_plateau=ml_collections.ConfigDict(dict(
+          patience=0,               # > 0: stop once this many validations in a row have not
+                                    # improved `metric` by min_delta; 0: run to the cap. The cap
+                                    # (num_steps / num_epochs) binds either way.
+          min_delta=0.0,            # the least change that counts as an improvement (metric units)
+          metric="")),              # validation metric watched: '' = select_on's
       attention_metrics_every_steps=0,  # > 0: log proximity metrics of a fixed val batch's attention
       # Pattern lists below take presets (param_groups.PRESETS: qk, qkvo, attention, mlp, norms,
       # embeddings, encoder, all_but_heads, heads, all) or regexes over '/'-joined parameter paths.
@@ -178,6 +192,12 @@ def validate(config, device_count: int) -> None:
     for key in ("batch_size", "learning_rate", "log_every_steps", "eval_every_steps",
                 "checkpoint_every_steps"):
       _positive(p[key], f"{name}.{key}")
+    plateau = p.stop_on_plateau
+    if not isinstance(plateau.patience, int) or isinstance(plateau.patience, bool):
+      raise ValueError(f"config.{name}.stop_on_plateau.patience={plateau.patience!r} must be a "
+                       f"whole number of validations (0: no plateau stopping).")
+    _positive(plateau.patience, f"{name}.stop_on_plateau.patience", allow_zero=True)
+    _positive(plateau.min_delta, f"{name}.stop_on_plateau.min_delta", allow_zero=True)
     for key in ("num_steps", "num_epochs", "warmup_steps", "eval_batch_size", "weight_decay",
                 "grad_clip_norm", "max_eval_batches"):
       _positive(p[key], f"{name}.{key}", allow_zero=True)

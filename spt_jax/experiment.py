@@ -72,7 +72,9 @@ _OPERATIONAL = ("data.data_dir", "data.cache_dir", "log_every_steps", "checkpoin
 # A model field reads as its ModelConfig default (a new model option defaults to the old model).
 _ADDED_FIELDS = {**{f"model.{k}": v for k, v in transformer.section_defaults().items()},
                  "data.pixel_mean": 0.0, "data.pixel_std": 255.0, "data.downsample": 1,
-                 "{phase}.weight_decay_on": "matrices"}
+                 "{phase}.weight_decay_on": "matrices", "{phase}.select_on": "",
+                 "{phase}.stop_on_plateau.patience": 0, "{phase}.stop_on_plateau.min_delta": 0.0,
+                 "{phase}.stop_on_plateau.metric": "", "{phase}.match_compute_of": ""}
 
 
 def data_section(config, phase: str) -> str:
@@ -243,12 +245,25 @@ def write_reports(workdir: str, phase: str, phases) -> None:
 
   def draw(local):
     for name in phases:
-      for file in (report.METRICS, "config.json"):
+      for file in (report.METRICS, "config.json", report.LEVELS):
         if (root / name / file).exists():
           os.makedirs(os.path.join(local, name), exist_ok=True)
           epath.Path(local, name, file).write_bytes((root / name / file).read_bytes())
     return report.write_reports(local, phase=phase)
   _drawn_locally(draw, workdir)
+
+
+def write_reference_levels(config, name: str, task, workdir: str) -> None:
+  """A masked-pretraining phase's reference levels (analysis/reference_levels.py), next to its
+  results, for its report; other objectives have none."""
+  if config[name].objective != "mlm":
+    return
+  from spt_jax.analysis import reference_levels  # numpy counting, after the phase has finished
+  levels = reference_levels.for_phase(config, name, task)
+  write_json(workdir_path(workdir) / name / reference_levels.LEVELS_FILE, levels)
+  logging.info("[%s] reference levels (validation masked loss, accuracy): %s", name,
+               {k: (round(v["loss"], 3), round(v["accuracy"], 3)) for k, v in levels.items()
+                if isinstance(v, dict)})
 
 
 # The analysis a phase runs while it trains, handed to the trainer (which imports no analysis).
@@ -258,7 +273,8 @@ ANALYSIS_HOOKS = train.AnalysisHooks(attention_tracker=attention_analysis.tracke
 
 def check_patterns(config, names, todo, loaded, workdir: str) -> None:
   """Every phase still to run: its `freeze`, `init_from` and init-scale patterns match the traced
-  parameter paths, and what it loads exists and fits, before any phase trains."""
+  parameter paths, what it loads exists and fits, and the validation metrics it selects on or
+  watches for a plateau exist, before any phase trains."""
   planned = {n: train.abstract_params(config, n, loaded[data_section(config, n)])
              for n in names if data_section(config, n) in loaded}
   for name in todo:
@@ -266,6 +282,7 @@ def check_patterns(config, names, todo, loaded, workdir: str) -> None:
     param_groups.resolve(config[name].freeze, params, what=f"config.{name}.freeze")
     init_from.check(config[name].init_from, params, workdir=workdir, phase_names=names,
                     phase=name, planned=planned)
+    train.check_phase_metrics(config, name, loaded[data_section(config, name)], params)
 
 
 def check_transfer_compatible(config, names) -> None:
@@ -343,6 +360,12 @@ def _run_phases(config, workdir: str, names) -> dict:
     results[name] = train.train_phase(config, name, task, workdir, mesh, hooks=ANALYSIS_HOOKS)
     write_json(workdir_path(workdir) / "results.json", results)
     if jax.process_index() == 0:  # The phase's report.png / report.md, drawn from metrics.jsonl.
+      try:
+        write_reference_levels(config, name, task, workdir)
+      except Exception as e:  # noqa: BLE001 - levels that fail to compute never lose a result
+        logging.warning("[%s] reference levels not computed (%s: %s); `python -m "
+                        "spt_jax.analysis.reference_levels --run=%s` retries.", name,
+                        type(e).__name__, e, _phase_dir(workdir, name))
       try:
         write_reports(workdir, name, names)
       except Exception as e:  # noqa: BLE001 - a report that fails to draw never loses a result

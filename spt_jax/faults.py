@@ -10,7 +10,7 @@ import os
 import signal
 
 ENV = "SPT_JAX_KILL_AT"
-POINTS = ("best_saved", "latest_saving", "phase_finished", "test_recorded")
+POINTS = ("best_saved", "latest_saving", "plateau_stopped", "phase_finished", "test_recorded")
 
 
 def _target() -> tuple[str, int | None] | None:

@@ -1,9 +1,11 @@
 """Everything spt-jax does differently by platform, for speed or safety; the rest of the code is the
 same on every backend and does not ask which one it runs on.
 
-  process   `configure_process` (main.py, once, before anything touches a device): the host heap
-            that keeps XLA:CPU's step temporaries mapped (spt_jax/host_memory.py), and the CPU
-            backend's split into per-core devices (an opt-in: `OPT_IN_RISK`).
+  process   `configure_process` (main.py, once, before anything touches a device): the cores the
+            process may run on (`pin_to_cores`), the host heap that keeps XLA:CPU's step
+            temporaries mapped (spt_jax/host_memory.py), and the CPU backend's split into per-core
+            devices (an opt-in: `OPT_IN_RISK`); `core_slots`, the sweep runner's placement of
+            concurrent runs on disjoint cores.
   steps     the train step's XLA options (`step_compiler_options`), the heap fitted to the compiled
             step (`fit_heap_to_step`), and where a step's memory comes from (`shares_host_memory`,
             `available_memory`): the trainer and its preflight checks.
@@ -30,11 +32,15 @@ from spt_jax import distributed, host_memory
 
 
 # ---------------------------------------------------------------------------------------- Process
-def configure_process(config, cpu_devices: int, retain_freed_memory: bool) -> int:
-  """main.py's platform set-up, before anything touches a device: the retained heap if asked and
-  the CPU backend will run (`expects_cpu_backend`; before the backend starts its threads: a thread
-  that has allocated keeps its own arena), then `cpu_devices` CPU devices
-  (`split_cpu_into_devices`); returns the device count it set (1: left alone)."""
+def configure_process(config, cpu_devices: int, retain_freed_memory: bool,
+                      cores: str = "") -> int:
+  """main.py's platform set-up, before anything touches a device: the process confined to `cores`
+  (`parse_cores`; '' leaves it alone), the retained heap if asked and the CPU backend will run
+  (`expects_cpu_backend`; before the backend starts its threads: a thread that has allocated keeps
+  its own arena), then `cpu_devices` CPU devices (`split_cpu_into_devices`); returns the device
+  count it set (1: left alone)."""
+  if cores:
+    pin_to_cores(parse_cores(cores))
   if retain_freed_memory and expects_cpu_backend():
     host_memory.retain_freed_memory()
   return split_cpu_into_devices(config, cpu_devices)
@@ -57,6 +63,63 @@ def expects_cpu_backend(platforms: str | None = None) -> bool:
 
 def usable_cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def parse_cores(text: str) -> tuple[int, ...]:
+  """'0', '0,1', '2-5' or '0-1,4' → the sorted core ids; each must be one this process may use."""
+  cores = set()
+  for part in filter(None, (p.strip() for p in text.split(","))):
+    low, dash, high = part.partition("-")
+    try:
+      ids = range(int(low), int(high) + 1) if dash else (int(low),)
+    except ValueError:
+      raise ValueError(f"--cores={text!r}: {part!r} is not a core id or a range like 0-3.") from None
+    if not ids:
+      raise ValueError(f"--cores={text!r}: the range {part!r} is empty.")
+    cores.update(ids)
+  allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+  if not cores:
+    raise ValueError(f"--cores={text!r} names no core.")
+  if allowed is not None and not cores <= allowed:
+    raise ValueError(f"--cores={text!r}: core(s) {sorted(cores - allowed)} are not among the "
+                     f"cores this process may use, {sorted(allowed)}.")
+  return tuple(sorted(cores))
+
+
+def pin_to_cores(cores) -> None:
+  """Confines this process to `cores`: every thread it has (a thread's affinity is its own on Linux;
+  numpy's BLAS starts its pool at import) and, by inheritance, every thread started later. Must run
+  before the backend starts: XLA:CPU and Eigen size their thread pools by the cores the process may
+  use, so that N pinned processes on N cores run N pools of one thread, not N pools of N threads
+  contending for the same cores. Without sched_setaffinity (macOS) a no-op with a warning."""
+  if not hasattr(os, "sched_setaffinity"):
+    logging.warning("--cores is ignored: this OS has no sched_setaffinity.")
+    return
+  cores = set(cores)
+  for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
+    try:
+      os.sched_setaffinity(int(tid), cores)
+    except ProcessLookupError:  # a thread that ended meanwhile
+      pass
+  logging.info("Confined to core(s) %s.", ",".join(map(str, sorted(cores))))
+
+
+def core_slots(processes: int, cores=None) -> list[tuple[int, ...]]:
+  """`processes` disjoint sets of `cores` (default: the ones this process may use), all of one
+  size: where concurrent runs are placed so that each has cores of its own. One size, because
+  XLA:CPU splits some operations by its thread count, which rounds float32 differently: a run
+  resumed in another slot then continues bit-identically. Cores left over (7 cores for 2 runs: 3
+  each) stay unused. With more processes than cores, the cores are shared round-robin."""
+  if cores is None:
+    cores = (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
+             else range(os.cpu_count() or 1))
+  cores = sorted(cores)
+  if processes <= 0:
+    raise ValueError(f"core_slots: processes must be positive, got {processes}.")
+  if processes >= len(cores):
+    return [(cores[i % len(cores)],) for i in range(processes)]
+  size = len(cores) // processes
+  return [tuple(cores[i * size:(i + 1) * size]) for i in range(processes)]
 
 
 def cpu_device_count(batch_sizes, cores: int) -> int:
@@ -320,7 +383,7 @@ def specialise(model_config, backend: str | None = None):
     choice = choose_auto_attention(
         model_config.encoder_length, model_config.dropout_rate > 0, dtype=model_config.dtype,
         head_dim=model_config.d_model // model_config.num_heads,
-        alibi=model_config.position == "alibi", backend=backend)
+        alibi=model_config.alibi, backend=backend)
     message = (f"attention='auto' runs {choice.implementation!r}"
                f"{f' (block {choice.block_size})' if choice.block_size else ''} for "
                f"L={model_config.encoder_length}: {choice.reason}.")

@@ -24,6 +24,7 @@ import ml_collections
 from absl import logging
 
 from spt_jax import config_lib, platform
+from spt_jax.models import transformer
 
 # The share of the available memory a step may plan on: the rest is for the evaluation step, the
 # input pipeline and the allocator's slack.
@@ -100,7 +101,7 @@ def remedies(config, name: str, length: int, devices: int) -> list[Remedy]:
   if implementation == "auto":
     implementation, block = platform.resolve_auto_attention(
         length, m.dropout_rate > 0, dtype=m.dtype, head_dim=m.d_model // m.num_heads,
-        alibi=m.position == "alibi")
+        alibi=m.position in transformer.ALIBI_POSITIONS)
     block = block or m.attention_block_size
   if implementation == "dense" and m.dropout_rate == 0:
     out.append(Remedy("--config.model.attention=blockwise",

@@ -24,7 +24,13 @@ Each run lives in `<workdir>/<name>/seed_<s>`; one whose results.json holds ever
 finished and not re-run (a run killed between its phases resumes).
 Its `run_spec.json` records the config and overrides it was started with: a sweep that names the
 same run directory with another spec is refused (rename the run), so sharing never mixes up runs.
-Out: `<workdir>/<output>/table.md`, `table.csv`, `results.json` and `plot.png`.
+Out: `<workdir>/<output>/table.md`, `table.csv`, `results.json` and `plot.png`; the table adds each
+arm's training compute (`train_flops`, all phases, spt_jax/flops.py) where its runs counted it.
+With --processes=N > 1 the runs are N main.py processes at a time, each confined to cores of its own
+(--cores; platform.core_slots: the same number for each), so that N runs on N cores do not fight
+over them; --nopin_cores leaves them unconfined. A run's numbers depend on its core count at
+float32 rounding (XLA:CPU splits some operations by thread count): resume a sweep with the same
+--processes and placement to continue its runs bit-identically.
 """
 from __future__ import annotations
 
@@ -108,6 +114,10 @@ def apply_overrides(config, overrides: dict) -> None:
     node[last] = value
 
 
+# The table's compute column: each arm's training FLOPs, all phases (mean ± std over seeds).
+COMPUTE = "train_flops"
+
+
 def _lookup(results: dict, dotted: str):
   node = results
   for part in dotted.split("."):
@@ -138,11 +148,14 @@ def _run_in_process(overrides: dict, seed: int, run_dir: str) -> None:
   experiment.run(config, run_dir)
 
 
-def _run_subprocess(overrides: dict, seed: int, run_dir: str) -> None:
+def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None) -> None:
+  """main.py on the run, confined to `cores` (None: anywhere)."""
   args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides['config']}",
           f"--workdir={run_dir}", f"--config.seed={seed}",
           # Several runs share the cores already: per-core devices in each would oversubscribe them.
           "--cpu_devices=1"]
+  if cores:
+    args.append(f"--cores={','.join(map(str, cores))}")
   for key, value in overrides.items():
     if key != "config":
       text = value if isinstance(value, str) else repr(value)
@@ -194,10 +207,15 @@ def _ready(pending: dict, busy, job) -> bool:
   return not any((d, job[2]) in pending or (d, job[2]) in busy for d in job[4])
 
 
-def _schedule(todo, processes: int, start: float) -> list[str]:
+def _schedule(todo, processes: int, start: float, pin_cores: bool = True) -> list[str]:
   """Runs jobs, each once the runs it references have finished (in this process when processes is
-  1, else as that many main.py processes); returns the messages of runs that did not finish."""
+  1, else as that many main.py processes, each confined to cores of its own when `pin_cores`:
+  unconfined, every process sizes its thread pools for the whole machine and they contend);
+  returns the messages of runs that did not finish."""
+  from spt_jax import platform  # jax: imported once the sweep config has been checked
   pending = {(job[0], job[2]): job for job in todo}  # (name, seed) -> job
+  slots = platform.core_slots(processes) if pin_cores and processes > 1 else [None] * processes
+  free_slots = list(range(processes))
   failed, failures, running = set(), [], {}
 
   def drop(key, message):
@@ -209,7 +227,7 @@ def _schedule(todo, processes: int, start: float) -> list[str]:
     for key, job in list(pending.items()):
       if any((d, job[2]) in failed for d in job[4]):
         drop(key, f"{job[3]}: not run, it starts from a run that failed")
-      elif _ready(pending, running.values(), job):
+      elif _ready(pending, [key for key, _ in running.values()], job):
         elsewhere = workdir_lock.holder(job[3])
         if elsewhere:  # another process is training it: leave it (and its log) alone
           drop(key, f"{job[3]}: not run here, another process is running it ({elsewhere}); "
@@ -231,15 +249,20 @@ def _schedule(todo, processes: int, start: float) -> list[str]:
         for key, (name, overrides, seed, run_dir, _) in launchable():
           if len(running) >= processes:
             break
-          logging.info("Sweep run: %s seed %d (%.0f s so far)", name, seed, time.time() - start)
-          running[pool.submit(_run_subprocess, overrides, seed, run_dir)] = key
+          slot = free_slots.pop(0)
+          logging.info("Sweep run: %s seed %d%s (%.0f s so far)", name, seed,
+                       f" on core(s) {','.join(map(str, slots[slot]))}" if slots[slot] else "",
+                       time.time() - start)
+          running[pool.submit(_run_subprocess, overrides, seed, run_dir, slots[slot])] = (key,
+                                                                                           slot)
           del pending[key]
         if not running:
           break
         finished, _ = concurrent.futures.wait(running,
                                               return_when=concurrent.futures.FIRST_COMPLETED)
         for future in finished:
-          key = running.pop(future)
+          key, slot = running.pop(future)
+          free_slots.append(slot)
           try:
             future.result()
           except Exception as e:  # noqa: BLE001 - reported with the others at the end
@@ -250,8 +273,10 @@ def _schedule(todo, processes: int, start: float) -> list[str]:
 
 
 def run_sweep(sweep, workdir: str, processes: int = 1,
-              source: str = "the sweep config") -> list[dict]:
-  """Runs what is not finished yet, then writes the outputs; source names the config in errors."""
+              source: str = "the sweep config", pin_cores: bool = True) -> list[dict]:
+  """Runs what is not finished yet, then writes the outputs; source names the config in errors.
+  With processes > 1 and `pin_cores`, each run is confined to cores of its own
+  (platform.core_slots)."""
   sweep = check_sweep(sweep, source)
   runs = [parse_run(s) for s in sweep.runs]
   names = [n for n, _ in runs]
@@ -282,7 +307,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
   logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
   for _, overrides, seed, run_dir, _ in todo:
     check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
-  failures = _schedule(todo, processes, time.time())
+  failures = _schedule(todo, processes, time.time(), pin_cores)
   if failures:
     raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
@@ -307,6 +332,7 @@ def summarise(sweep, runs, workdir: str) -> list[dict]:
       values = {m: _lookup(results, m) for m in sweep.metrics}
       if sweep.steps_to > 0:
         values["steps_to_val"] = steps_to(run_dir, sweep.steps_to)
+      values[COMPUTE] = total_flops(results)
       per_seed.append(values)
     row = {"run": name, "seeds": len(per_seed)}
     if sweep.x_values:
@@ -322,6 +348,13 @@ def summarise(sweep, runs, workdir: str) -> list[dict]:
   return rows
 
 
+def total_flops(results: dict):
+  """A run's training compute: the FLOPs of all its phases (spt_jax/flops.py), None if a phase
+  has no count (a run from before compute was counted)."""
+  counts = [r.get("train_flops") if isinstance(r, dict) else None for r in results.values()]
+  return float(sum(counts)) if counts and None not in counts else None
+
+
 def _fmt(mean, std):
   return "—" if mean is None else f"{mean:.4g} ± {std:.2g}"
 
@@ -329,6 +362,8 @@ def _fmt(mean, std):
 def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
   os.makedirs(workdir, exist_ok=True)
   keys = list(sweep.metrics) + (["steps_to_val"] if sweep.steps_to > 0 else [])
+  if any(r.get(f"{COMPUTE}_mean") is not None for r in rows):
+    keys.append(COMPUTE)
   header = ["run"] + (["x"] if sweep.x_values else []) + keys
   lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}" + (
       f"; steps_to_val = first fine-tune step with validation accuracy >= {sweep.steps_to} "
@@ -371,7 +406,8 @@ def main(argv):
   # As main.py's defaults (one device, the retained heap): in-process runs train here.
   platform.configure_process(None, cpu_devices=1, retain_freed_memory=True)
   experiment.quiet_orbax_logging()
-  rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source)
+  rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source,
+                   pin_cores=flags.FLAGS.pin_cores)
   print(open(os.path.join(flags.FLAGS.workdir, sweep.output, "table.md")).read())
   del rows
 
@@ -382,6 +418,10 @@ def _define_flags():
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory of the sweep's runs and outputs.")
   flags.DEFINE_integer("processes", 1, "Runs executed at once (separate main.py processes if > 1).")
+  flags.DEFINE_bool("pin_cores", True, "With --processes > 1: confine each run to cores of its own "
+                    "(main.py --cores), the same number for each, so that concurrent runs do not "
+                    "oversubscribe them. The core count per run changes float32 rounding: resume "
+                    "a sweep with the same --processes and --pin_cores on the same machine kind.")
   flags.mark_flags_as_required(["config", "workdir"])
 
 

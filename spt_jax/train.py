@@ -25,8 +25,8 @@ from absl import logging
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spt_jax import (checkpoints, distributed, faults, init_from, objectives, optim, param_groups,
-                     platform, preflight, tree)
+from spt_jax import (checkpoints, distributed, faults, flops, init_from, objectives, optim,
+                     param_groups, platform, preflight, stopping, tree)
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, workdir_path, write_json, write_text
@@ -60,6 +60,25 @@ def abstract_params(config, name: str, task: TaskData):
   objective = make_objective(config, name, task)
   dummy = example_inputs(objective.splits(task))
   return jax.eval_shape(lambda rng: objective.init_params(rng, dummy), jax.random.PRNGKey(0))
+
+
+def validation_metric_names(config, name: str, task: TaskData, params) -> set[str]:
+  """The metrics phase `name`'s validation reports, traced on one example (nothing computed)."""
+  objective = make_objective(config, name, task)
+  val = objective.splits(task)["val"]
+  batch = next(iter(pipeline.eval_batches(val, 1)))
+  summed = jax.eval_shape(lambda p, b: objective.eval_sums(
+      p, dict(b, inputs=b["inputs"].astype(jnp.int32)), jax.random.PRNGKey(0)), params, batch)
+  ones = jax.tree.map(lambda s: np.ones(s.shape, s.dtype), summed)
+  return set(objective.summarize(ones))
+
+
+def check_phase_metrics(config, name: str, task: TaskData, params) -> None:
+  """`select_on` and the plateau rule's metric are metrics phase `name` reports (before training)."""
+  cfg = config[name]
+  if cfg.select_on or cfg.stop_on_plateau.metric:
+    stopping.check_metrics(cfg, name, make_objective(config, name, task),
+                           validation_metric_names(config, name, task, params))
 
 
 def phase_rng(seed: int, phase: str) -> jax.Array:
@@ -198,9 +217,10 @@ class PhaseSetup:
   schedule: Any
   tx: Any
   trainable: Any
-  best_value: float = -math.inf
+  best_value: float | None = None
   best_step: int | None = None
   wall_before: float = 0.0
+  plateau: stopping.Plateau | None = None  # the plateau rule (None: the phase runs to its cap)
 
   @property
   def start(self) -> int:
@@ -208,10 +228,11 @@ class PhaseSetup:
 
 
 def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: int, *,
-                init_opt_state=lambda tx, params: tx.init(params)) -> PhaseSetup:
+                init_opt_state=lambda tx, params: tx.init(params),
+                plateau: stopping.Plateau | None = None) -> PhaseSetup:
   """Fresh `params` (drawn from `init_rng`) → handed-off and rescaled (init_from), optimiser with
-  freezing, checkpoints opened; or, when the phase has a latest checkpoint, the resumed state.
-  Writes config.json, parameters.md, init_from.json and the init checkpoint."""
+  freezing, checkpoints opened; or, when the phase has a latest checkpoint, the resumed state (with
+  the `plateau` rule's). Writes config.json, parameters.md, init_from.json and the init checkpoint."""
   cfg = config[name]
   phase_dir = os.path.join(workdir, name)
   replicated = NamedSharding(mesh, P())
@@ -239,13 +260,16 @@ def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: 
   # Every leaf placed on the mesh up front, so the first step's input matches later steps' (no retrace).
   setup = PhaseSetup(TrainState(jax.device_put(jnp.asarray(0, jnp.int32), replicated), params,
                                 opt_state), ckpts, schedule, tx,
-                     tree.map_with_path(lambda p, _: p not in frozen, params))
+                     tree.map_with_path(lambda p, _: p not in frozen, params), plateau=plateau)
   if resuming:
     step0, params, opt_state, meta = ckpts.restore_latest(params, opt_state)
     setup.state = TrainState(jax.device_put(jnp.asarray(step0, jnp.int32), replicated), params,
                              opt_state)
-    setup.best_value, setup.best_step = meta["best_value"], meta["best_step"]
+    setup.best_step = meta["best_step"]
+    setup.best_value = None if setup.best_step is None else meta["best_value"]
     setup.wall_before = meta["wall_time_sec"]
+    if plateau is not None:
+      plateau.restore(meta.get("plateau"))
     logging.info("[%s] resumed from step %d of %s (best validation %s at step %s)", name, step0,
                  ckpts.directory, setup.best_value, setup.best_step)
   # Written only once the config has proved compatible with what the workdir holds.
@@ -269,6 +293,7 @@ class LoopResult:
   state: TrainState
   val_metrics: dict
   steps_per_sec: float | None
+  last_step: int = 0  # the step training ended at: the cap, or where the plateau rule stopped it
 
 
 def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, evaluate, writer,
@@ -281,6 +306,10 @@ def train_loop(name: str, cfg, steps: int, setup: PhaseSetup, step_fn, batches, 
   state)` after each step's logging, before its evaluation; `eta_check(step, steps_per_sec)`
   (preflight.EtaCheck) once, with the rate of the training steps after the compiled first one, timed
   until preflight.ETA_PROBE_STEPS of them or ETA_PROBE_S seconds have passed.
+
+  `setup.plateau`, if any, is asked at each validation whether the phase has stopped improving: if
+  so the loop saves the latest checkpoint there and ends (a phase resumed after that stop trains no
+  further). `selection`'s best value is the highest, or the lowest for a loss.
 
   On a stop request (SIGTERM; distributed.stop_requested: JAX's preemption sync point when
   multi-process) it saves the latest checkpoint after the step and raises distributed.Stopped."""
@@ -295,17 +324,25 @@ def _train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, sel
   state, start = setup.state, setup.start
 
   def save_latest(step):
-    ckpts.save_latest(step, state.params, state.opt_state, {
-        "step": step, "best_value": setup.best_value, "best_step": setup.best_step,
-        "wall_time_sec": setup.wall_before + time.time() - wall_start})
+    meta = {"step": step, "best_value": setup.best_value, "best_step": setup.best_step,
+            "wall_time_sec": setup.wall_before + time.time() - wall_start}
+    if setup.plateau is not None:
+      meta["plateau"] = setup.plateau.to_meta()
+    ckpts.save_latest(step, state.params, state.opt_state, meta)
+
+  higher = objectives.base.higher_is_better(selection)
+  if setup.plateau is not None and setup.plateau.stopped:  # Stopped before the kill: done.
+    logging.info("[%s] stopped at step %d before: %s.", name, start, setup.plateau.stopped)
+    return LoopResult(state, {}, None, last_step=start)
 
   bar = tqdm.tqdm(total=steps, initial=start, desc=name, disable=jax.process_index() != 0,
                   dynamic_ncols=True)
   pending, window_start, window_step = [], time.time(), start
   compiled, timed_from, train_seconds = False, start, 0.0
   eta_probe = None  # (time, step) the ETA's timing starts from, until eta_check has had its rate
-  val_metrics = {}
+  val_metrics, last_step = {}, start
   for step in range(start + 1, steps + 1):
+    last_step = step
     state, metrics = step_fn(state, next(batches), step)
     pending.append(metrics)
     if not compiled:  # Exclude compilation from the throughput figures.
@@ -346,10 +383,16 @@ def _train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, sel
       writer.write(step, "val", val_metrics)
       logging.info("[%s] step %d/%d val %s", name, step, steps,
                    {k: round(v, 4) for k, v in val_metrics.items()})
-      if val_metrics[selection] > setup.best_value:
+      if stopping.improves(val_metrics[selection], setup.best_value, higher):
         setup.best_value, setup.best_step = val_metrics[selection], step
         ckpts.save_best(step, state.params, val_metrics)
         faults.point("best_saved", step, settle=ckpts.wait_for_saves)
+      if setup.plateau is not None and step < steps and setup.plateau.observe(step, val_metrics):
+        save_latest(step)
+        writer.flush()
+        logging.info("[%s] stopping at step %d/%d: %s.", name, step, steps, setup.plateau.stopped)
+        faults.point("plateau_stopped", step, settle=ckpts.wait_for_saves)
+        break
     if is_ckpt:
       save_latest(step)  # The commit point: a resumed run starts from here (checkpoints.py).
       writer.flush()
@@ -368,8 +411,9 @@ def _train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, sel
       eta_probe = (window_start, step) if eta_probe is not None else None
   bar.close()
   ckpts.wait()
-  timed_steps = steps - timed_from
-  return LoopResult(state, val_metrics, timed_steps / train_seconds if train_seconds > 0 else None)
+  timed_steps = last_step - timed_from
+  return LoopResult(state, val_metrics, timed_steps / train_seconds if train_seconds > 0 else None,
+                    last_step=last_step)
 
 
 def data_caveat(task: TaskData) -> str:
@@ -396,8 +440,12 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
   writer.write(best[0], "test", test_metrics)
   writer.close()
   faults.point("test_recorded", best[0])
+  plateau = setup.plateau
   results = {
       "phase": name, "objective": cfg.objective, "steps": steps,
+      # Where training ended and why: the cap (`steps`) or the plateau rule.
+      "stopped_at_step": loop.last_step,
+      "stop_reason": plateau.stopped if plateau is not None and plateau.stopped else "cap",
       "final_val": val_metrics, "best_val": dict(best[1], step=best[0]),
       "test_of_best": test_metrics,
       "selected_checkpoint": os.fspath(workdir_path(best_params_dir)),  # a URL stays one
@@ -448,15 +496,24 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   num_train = pipeline.num_examples(splits["train"])
   steps = total_steps(cfg, num_train)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
+  selection = stopping.selection_metric(cfg, objective)
   logging.info("[%s] %s, %d steps per epoch", name, cfg.objective,
                pipeline.steps_per_epoch(num_train, cfg.batch_size))
 
   # ---------------------------------------------------------------- Parameters and optimiser
   dummy = example_inputs(splits)
   params = jax.jit(lambda rng: objective.init_params(rng, dummy), out_shardings=replicated)(init_rng)
+  step_flops = flops.train_step_flops(params, objective.model.cfg,
+                                      (cfg.batch_size,) + dummy.shape[1:],
+                                      objective.per_sequence_heads)
+  if cfg.match_compute_of:
+    steps = flops.matched_steps(cfg.match_compute_of, step_flops)
+    logging.info("[%s] %d steps: the training compute of %s (%.3g FLOPs) at %.3g FLOPs per step.",
+                 name, steps, cfg.match_compute_of, steps * step_flops, step_flops)
   setup = setup_phase(
       config, name, params, init_rng, workdir, mesh, steps,
-      init_opt_state=lambda tx, p: join_opt_state(objective, tx.init(p), objective.init_state()))
+      init_opt_state=lambda tx, p: join_opt_state(objective, tx.init(p), objective.init_state()),
+      plateau=stopping.Plateau.of(cfg, selection))
 
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(objective, setup.tx, setup.trainable, mesh)
@@ -494,9 +551,11 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
     return postfix
 
   # ---------------------------------------------------------------- Train loop and final test
-  loop = train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer,
-                    objective.selection_metric, wall_start, after_step=after_step, on_log=on_log,
+  loop = train_loop(name, cfg, steps, setup, step_fn, batches, evaluate, writer, selection,
+                    wall_start, after_step=after_step, on_log=on_log,
                     eta_check=preflight.EtaCheck(config, name, steps, workdir))
   extra = objective.finish(name, phase_dir, hooks)
-  return finish_phase(name, cfg, steps, setup, loop, evaluate, writer, objective.selection_metric,
-                      wall_start, phase_dir, task, **extra)
+  # Training compute (spt_jax/flops.py): the steps trained, evaluation not included.
+  extra.update(train_flops_per_step=step_flops, train_flops=step_flops * loop.last_step)
+  return finish_phase(name, cfg, steps, setup, loop, evaluate, writer, selection, wall_start,
+                      phase_dir, task, **extra)

@@ -28,7 +28,7 @@ LAYERS = (
     # training, the composite weights' figure): the trainer never imports it.
     ("analysis", ("spt_jax.analysis.*",)),
     # One phase from config to results.
-    ("trainer", ("spt_jax.train", "spt_jax.preflight")),
+    ("trainer", ("spt_jax.train", "spt_jax.preflight", "spt_jax.stopping")),
     # Config builders and validation: each section is checked by the module that owns it.
     ("config", ("spt_jax.config_lib", "spt_jax.lra_table")),
     # What a phase optimises: losses, heads, masking, loss weighting.
@@ -36,7 +36,7 @@ LAYERS = (
     # Models, task data, checkpoints, parameter handling, optimiser, metric files, theory models.
     ("components", ("spt_jax.models.*", "spt_jax.data.*", "spt_jax.checkpoints", "spt_jax.init_from",
                     "spt_jax.param_groups", "spt_jax.optim", "spt_jax.metric_writers",
-                    "spt_jax.workdir_lock",
+                    "spt_jax.workdir_lock", "spt_jax.flops",
                     "spt_jax.theory.*")),
     # Trees, fault points, the platform (devices, heap, backend kernels), multi-process start-up.
     ("utilities", ("spt_jax", "spt_jax.tree", "spt_jax.faults", "spt_jax.platform",

@@ -76,6 +76,66 @@ def test_rope_scores_depend_only_on_the_offset():
   np.testing.assert_allclose(score(5, 5), np.einsum("hd,hd->h", a, b), rtol=1e-5)  # offset 0: q·k
 
 
+def test_grid_alibi_bias_is_a_function_of_grid_distance():
+  slopes = attention.alibi_slopes(2)
+  width = 5
+  bias = np.asarray(attention.ScoreModifier(alibi=slopes, grid_width=width).bias(
+      np.arange(25), np.arange(25)))
+  rows, cols = np.divmod(np.arange(25), width)
+  distance = np.hypot(rows[:, None] - rows[None, :], cols[:, None] - cols[None, :])
+  for h, slope in enumerate(slopes):
+    np.testing.assert_allclose(bias[h], -slope * distance, rtol=1e-6)
+  # The pixel below is as near as the one to the right (1D ALiBi puts it `width` times further).
+  assert bias[0, 7, 12] == bias[0, 7, 8] == bias[0, 12, 7]
+  assert bias[0, 7, 13] == pytest.approx(-slopes[0] * np.sqrt(2))
+
+
+def test_axial_rope_scores_depend_only_on_the_grid_offset():
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((2, 2, 8), np.float32)
+  width, length = 6, 36
+
+  def score(i, j):
+    q = np.zeros((1, length, 2, 8), np.float32)
+    k = np.zeros((1, length, 2, 8), np.float32)
+    q[0, i], k[0, j] = a, b
+    rq, rk = attention.rotary(q, width), attention.rotary(k, width)
+    return np.einsum("hd,hd->h", rq[0, i], rk[0, j])
+
+  base = score(7, 14)  # (1, 1) → (2, 2): one row down, one column right
+  for shift in (1, width, width + 2, 2 * width + 3):  # grid translations that stay on the grid
+    np.testing.assert_allclose(score(7 + shift, 14 + shift), base, rtol=1e-5, atol=1e-5)
+  # A 1D offset that wraps to the next row is another grid offset: another score.
+  assert np.abs(score(5, 6) - score(4, 5)).max() > 1e-2
+  np.testing.assert_allclose(score(9, 9), np.einsum("hd,hd->h", a, b), rtol=1e-5)
+
+
+def test_grid_positions_need_a_square_length_a_head_dimension_of_four_and_no_cls():
+  section = ml_collections.ConfigDict(transformer.section_defaults())
+  section.update(position="rope2d", d_model=24, num_heads=4)  # head dimension 6
+  with pytest.raises(ValueError, match=r"position='rope2d' .*half by row.* must be a multiple "
+                                       r"of 4"):
+    transformer.validate_section(section)
+  section.update(position="alibi2d", pooling="cls")
+  with pytest.raises(ValueError, match="where a CLS token has no place"):
+    transformer.validate_section(section)
+  with pytest.raises(ValueError, match="the data's length is 10, not a square"):
+    transformer.from_section(ml_collections.ConfigDict(dict(position="alibi2d")), max_length=10)
+  assert transformer.from_section(ml_collections.ConfigDict(dict(position="alibi2d")),
+                                  max_length=16).grid_width == 4
+
+
+@pytest.mark.parametrize("position", ["rope2d", "alibi2d"])
+def test_grid_positions_in_the_model_blockwise_matches_dense_and_they_matter(position):
+  model, params, tokens = _model_and_tokens(position, max_length=16, num_layers=1)
+  tokens = np.random.default_rng(2).integers(3, 12, (3, 16))
+  logits = lambda impl: jax.jit(model.with_options(attention=impl, attention_block_size=8).apply)(
+      {"params": params}, tokens)
+  np.testing.assert_allclose(logits("blockwise"), logits("dense"), **TOL)
+  one_d = model.with_options(position=position[:-2])
+  assert np.abs(one_d.apply({"params": params}, tokens) - logits("dense")).max() > 1e-4
+
+
 def test_dense_alibi_is_softmax_of_scores_plus_bias():
   q, k, v, _, mask = _inputs(11, heads=4)
   slopes = np.array(attention.alibi_slopes(4))
@@ -93,11 +153,16 @@ def test_dense_alibi_is_softmax_of_scores_plus_bias():
   assert (np.asarray(got)[:, :, :, ~mask[2]][2] == 0).all()  # a padded key never gets weight
 
 
+GRID = 6  # the 2d positions' grid width in the attention-level tests (the last row may be partial)
+
+
 def _position_fn(position: str, heads: int, implementation: str, block: int, mask):
   """Attention as MultiHeadAttention runs it for `position`: q, k rotated, or the ALiBi rule."""
-  modifier = attention.ScoreModifier(alibi=attention.alibi_slopes(heads) if position == "alibi"
-                                     else ())
-  turn = attention.rotary if position == "rope" else (lambda x: x)
+  grid = GRID if position.endswith("2d") else 0
+  modifier = attention.ScoreModifier(
+      alibi=attention.alibi_slopes(heads) if position.startswith("alibi") else (), grid_width=grid)
+  turn = ((lambda x: attention.rotary(x, grid)) if position.startswith("rope")
+          else (lambda x: x))
 
   def fn(q, k, v):
     return attention.attend(turn(q), turn(k), v, mask, implementation=implementation,
@@ -105,7 +170,7 @@ def _position_fn(position: str, heads: int, implementation: str, block: int, mas
   return fn, modifier, turn
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "rope2d", "alibi2d"])
 @pytest.mark.parametrize("implementation,block", [("blockwise", 8), ("blockwise", 64), ("local", 32)],
                          ids=["blockwise_not_dividing", "blockwise_larger_than_L", "local_whole"])
 def test_memory_efficient_implementations_match_dense(position, implementation, block):
@@ -119,7 +184,7 @@ def test_memory_efficient_implementations_match_dense(position, implementation, 
     np.testing.assert_allclose(g_f, g_d, **TOL, err_msg=f"d{name}")
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "alibi2d"])
 def test_local_windows_match_banded_dense(position):
   length, block = 37, 8
   q, k, v, cot, mask = _inputs(length, heads=4, seed=1)
@@ -203,7 +268,7 @@ def test_validation_accepts_the_new_positions_and_names_the_key_for_an_odd_head_
     transformer.validate_section(section)
   section.update(position="rope", d_model=12, num_heads=4)
   with pytest.raises(ValueError, match=r"config.model.position='rope'.*config.model.d_model / "
-                                       r"config.model.num_heads = 3 must be even"):
+                                       r"config.model.num_heads = 3 must be a multiple of 2"):
     transformer.validate_section(section)
   section.position = "alibi"  # any head count: non-powers of 2 have their own slopes
   transformer.validate_section(section)
@@ -248,3 +313,24 @@ def test_cli_writes_the_relative_bias_figure_of_a_tiny_alibi_run(tmp_path, cache
   assert saved["layers"][0]["position"] == result["layers"][0]["position"]
   assert saved["layers"][0]["position"]["kind"] == "relative_bias"
   assert len(saved["layers"][0]["position"]["heads"]) == 2
+
+
+def test_grid_proximity_sees_the_pixel_below_as_near_as_the_one_to_the_right():
+  width, length = 4, 16
+  below, right = np.zeros((length, length)), np.zeros((length, length))
+  for i in range(length):
+    below[i, (i + width) % length] = 1.0
+    right[i, i - i % width + (i + 1) % width] = 1.0
+  one_d = {k: float(v) for k, v in analysis.proximity_metrics(below).items()}
+  grid_below = {k: float(v) for k, v in analysis.proximity_metrics(below, grid_width=width,
+                                                                   band=1.5).items()}
+  assert one_d["band_mass"] == 0.0 and one_d["mean_distance"] > 4
+  rows_wrap = np.arange(length) >= length - width  # the last row's "below" wraps to the top
+  assert grid_below["band_mass"] == pytest.approx(1 - rows_wrap.mean())
+  grid_right = analysis.proximity_metrics(right, grid_width=width, band=1.5)
+  assert float(grid_right["mean_distance"]) == pytest.approx(1.5)  # 3 × 1, then a wrap of 3
+  rows, cols, means = analysis.mean_by_grid_offset(
+      np.stack([below, right]), np.ones((length, length), bool), width)
+  assert means.shape == (2, 2 * width - 1, 2 * width - 1)
+  # Attention to the pixel below is all at (Δrow, Δcolumn) = (−1, 0): query minus key.
+  assert means[0, list(rows).index(-1), list(cols).index(0)] == pytest.approx(1.0)

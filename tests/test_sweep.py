@@ -90,7 +90,7 @@ def test_sweep_cli_without_runs_names_the_field_and_the_file(tmp_path):
 def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkeypatch):
   events = []
 
-  def fake_run(overrides, seed, run_dir):
+  def fake_run(overrides, seed, run_dir, cores=None):
     name = os.path.basename(os.path.dirname(run_dir))
     events.append(("start", name, seed))
     if name == "broken":
@@ -159,3 +159,45 @@ def test_sweep_curves_read_only_validation_records_and_draw_every_run(tmp_path):
   spec.loader.exec_module(curves)
   assert curves.val_curve(str(tmp_path / "a" / "seed_1"), "finetune", "accuracy") == {10: 0.3,
                                                                                       20: 0.7}
+
+
+def test_concurrent_runs_are_placed_on_disjoint_cores(tmp_path, monkeypatch):
+  import threading
+  lock, running, seen = threading.Lock(), {}, []
+
+  def fake_run(overrides, seed, run_dir, cores=None):
+    with lock:
+      assert cores, "a concurrent run was started without cores of its own"
+      for other in running.values():
+        assert not set(cores) & set(other), (cores, other)
+      running[run_dir] = cores
+      seen.append(cores)
+    sweep.time.sleep(0.05)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "results.json"), "w") as f:
+      sweep.json.dump({"finetune": {"steps": 1}}, f)
+    with lock:
+      del running[run_dir]
+
+  monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
+  monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+  sweep_cfg = config_lib.sweep_config(base="configs/synthetic_scratch.py:smoke", seeds=(0, 1, 2),
+                                      title="t", metrics=("finetune.steps",), runs=["a:", "b:"])
+  sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2)
+  assert sorted(set(seen)) == [(0, 1), (2, 3)] and len(seen) == 6
+
+
+def test_core_slots_split_the_cores_evenly_and_cores_are_checked():
+  from spt_jax import platform
+  assert platform.core_slots(2, [0, 1]) == [(0,), (1,)]
+  assert platform.core_slots(2, [0, 1, 2, 3, 4]) == [(0, 1), (2, 3)]  # one size: core 4 unused
+  assert platform.core_slots(3, [4, 5]) == [(4,), (5,), (4,)]  # more runs than cores: shared
+  allowed = sorted(os.sched_getaffinity(0))
+  assert platform.parse_cores(f"{allowed[0]}") == (allowed[0],)
+  assert platform.parse_cores(f"{allowed[0]}-{allowed[-1]}") == tuple(allowed)
+  with pytest.raises(ValueError, match="not among the cores this process may use"):
+    platform.parse_cores("4096")
+  with pytest.raises(ValueError, match=r"'x' is not a core id"):
+    platform.parse_cores("0,x")
+  with pytest.raises(ValueError, match="names no core"):
+    platform.parse_cores(",")

@@ -7,7 +7,10 @@ Writes `attention_layer<l>.png` (mean map per head over the examples), the figur
 position encoding (`attention.position_figures`, one PNG per layer, e.g. `position_layer<l>.png`
 with (P W_Q)(P W_K)ᵀ/√d per head for additive codes) and `metrics.json` (per layer and head: mean
 distance, band mass, diagonality; per layer under "position" the numbers the position figure shows;
-the run, checkpoint and split they came from).
+the run, checkpoint and split they came from). On image data (pixels, a square length) also the
+same metrics on the pixel grid (`grid_mean_distance`, `grid_band_mass` within 1.5 pixels: the 8
+neighbours, `grid_diagonality`) and `position_grid_layer<l>.png`: the position figure's numbers by
+grid offset (Δrow, Δcolumn), under "position_grid".
 """
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ flags.mark_flags_as_required(["run", "out"])
 FLAGS = flags.FLAGS
 
 
+GRID_BAND = 1.5  # grid_band_mass: the pixel itself and its 8 neighbours
+
+
 def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int) -> dict:
   config, phase = read_phase_config(run)
   # The phase's own data: a cross-task SPT pretraining read another section (config.<phase>.data).
@@ -49,12 +55,21 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
   result = {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
             "num_examples": int(len(tokens)), "band": band, "layers": []}
   real_length = int(mask.sum(1).max())
+  # On images also the same metrics on the pixel grid (Euclidean distance, band 1.5: the 8
+  # neighbours), where a learnt proximity is two-dimensional.
+  grid = attention.grid_width_of(task)
+  result["grid_width"] = grid
+
+  def metrics(weights):
+    out = {k: float(v) for k, v in attention.proximity_metrics(weights, mask, band).items()}
+    if grid:
+      out.update({f"grid_{k}": float(v) for k, v in attention.proximity_metrics(
+          weights, mask, GRID_BAND, grid_width=grid).items()})
+    return out
+
   for layer, m in enumerate(maps):
-    per_head = [{k: float(v) for k, v in attention.proximity_metrics(
-        m[:, h], mask, band).items()} for h in range(m.shape[1])]
-    overall = {k: float(v) for k, v in attention.proximity_metrics(
-        m, mask, band).items()}
-    result["layers"].append({"layer": layer, "overall": overall, "heads": per_head})
+    per_head = [metrics(m[:, h]) for h in range(m.shape[1])]
+    result["layers"].append({"layer": layer, "overall": metrics(m), "heads": per_head})
     mean_map = m.mean(0)[:, :real_length, :real_length]
     plots.heatmaps(mean_map, os.path.join(out, f"attention_layer{layer}.png"),
                    f"{phase} ({checkpoint}) layer {layer}: attention averaged over "
@@ -63,6 +78,11 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
   figures = attention.position_figures(model, params, tokens, mask, out, f"{phase} ({checkpoint})")
   for entry, numbers in zip(result["layers"], figures):
     entry["position"] = numbers
+  if grid:
+    grid_figures = attention.grid_position_figures(model, params, tokens, mask, grid, out,
+                                                   f"{phase} ({checkpoint})")
+    for entry, numbers in zip(result["layers"], grid_figures):
+      entry["position_grid"] = numbers
   with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump(result, f, indent=2)
   return result

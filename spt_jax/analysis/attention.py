@@ -7,6 +7,7 @@ same computation as in training (nothing is re-implemented), so the numerics are
 """
 from __future__ import annotations
 
+import math
 import os
 
 import jax
@@ -52,7 +53,24 @@ def attention_logits(model, params, tokens) -> list[jax.Array]:
   return _sown_by_layer(model, params, tokens, "attention_logits", "logits")
 
 
-def proximity_metrics(weights, mask=None, band: int = 1) -> dict[str, jax.Array]:
+def distances(length: int, grid_width: int = 0) -> np.ndarray:
+  """[L, L] distances between positions: |i − j|, or with `grid_width` > 0 the Euclidean distance
+  between the two pixels of an image read row by row, `grid_width` pixels a row."""
+  i = np.arange(length)
+  if not grid_width:
+    return np.abs(i[:, None] - i[None, :]).astype(np.float32)
+  rows, cols = np.divmod(i, grid_width)
+  return np.hypot(rows[:, None] - rows[None, :], cols[:, None] - cols[None, :]).astype(np.float32)
+
+
+def grid_width_of(task) -> int:
+  """The width of a task's images read row by row (a square number of pixels), else 0."""
+  side = math.isqrt(task.max_length)
+  return side if task.input_kind == "pixels" and side * side == task.max_length else 0
+
+
+def proximity_metrics(weights, mask=None, band: float = 1, grid_width: int = 0
+                      ) -> dict[str, jax.Array]:
   """Proximity of attention [..., L, L] over real query rows (mask [..., L], True = real token).
 
   mean_distance: attention-weighted mean |i - j|.
@@ -60,10 +78,12 @@ def proximity_metrics(weights, mask=None, band: int = 1) -> dict[str, jax.Array]
   diagonality: 1 - mean_distance / (the mean distance of uniform attention over the same real keys);
     1 for attention to self only, 0 for uniform attention, negative for attention that avoids
     neighbours.
+  With grid_width > 0 the same three on an image's grid (`distances`): the distance between two
+  pixels is √(Δrow² + Δcolumn²), so the pixel below is as near as the one to the right (band 1.5:
+  the 8 neighbours and the pixel itself).
   """
   length = weights.shape[-1]
-  i = jnp.arange(length)
-  dist = jnp.abs(i[:, None] - i[None, :]).astype(jnp.float32)
+  dist = jnp.asarray(distances(length, grid_width))
   if mask is None:
     mask = jnp.ones(weights.shape[:1] + (length,) if weights.ndim > 2 else (length,), bool)
   # mask is [B, L] for weights [B, (H,) L, L], or [L] for a single [L, L] map.
@@ -121,6 +141,74 @@ def mean_by_offset(values: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, n
   sums = np.stack([np.bincount(offset, weights=h[pairs], minlength=2 * length - 1) for h in heads])
   with np.errstate(invalid="ignore", divide="ignore"):
     return np.arange(1 - length, length), sums / counts
+
+
+def mean_by_grid_offset(values: np.ndarray, pairs: np.ndarray, grid_width: int):
+  """(row offsets, column offsets, [H, rows, columns] means of `values` [..., H, L, L] over the
+  (query i, key j) pairs where `pairs` [..., L, L] is True, by the grid offset of query minus key,
+  (Δrow, Δcolumn)); offsets no pair has are NaN."""
+  length = values.shape[-1]
+  rows, cols = np.divmod(np.arange(length), grid_width)
+  height = int(rows.max()) + 1
+  d_row = rows[:, None] - rows[None, :] + height - 1
+  d_col = cols[:, None] - cols[None, :] + grid_width - 1
+  index = np.broadcast_to(d_row * (2 * grid_width - 1) + d_col, pairs.shape)[pairs]
+  size = (2 * height - 1) * (2 * grid_width - 1)
+  counts = np.bincount(index, minlength=size)
+  heads = np.moveaxis(values, -3, 0)
+  sums = np.stack([np.bincount(index, weights=h[pairs], minlength=size) for h in heads])
+  with np.errstate(invalid="ignore", divide="ignore"):
+    means = (sums / counts).reshape(len(heads), 2 * height - 1, 2 * grid_width - 1)
+  return np.arange(1 - height, height), np.arange(1 - grid_width, grid_width), means
+
+
+def _grid_figure(means, row_offsets, col_offsets, path: str, title: str) -> None:
+  """One panel per head: a value by (Δrow, Δcolumn), the query's own pixel at the centre."""
+  from spt_jax.analysis import plots  # Here, not at the top: training imports this module.
+  fig, axes = plots.plt.subplots(1, len(means), figsize=(3.4 * len(means), 3.2), squeeze=False)
+  extent = (col_offsets[0] - 0.5, col_offsets[-1] + 0.5, row_offsets[-1] + 0.5,
+            row_offsets[0] - 0.5)
+  for h, (ax, m) in enumerate(zip(axes[0], means)):
+    lim = np.nanmax(np.abs(m)) or 1.0
+    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim, extent=extent)
+    ax.set_title(f"head {h}", fontsize=9)
+    ax.set_xlabel("Δcolumn (query − key)", fontsize=8)
+    ax.set_ylabel("Δrow (query − key)", fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plots.plt.close(fig)
+
+
+def grid_position_figures(model, params, tokens, mask, grid_width: int, out: str,
+                          title: str) -> list[dict]:
+  """For image data: per layer, what positions do by grid offset (Δrow, Δcolumn), as a heatmap
+  `position_grid_layer<l>.png` per head: the code interaction (P W_Q)(P W_K)ᵀ/√d of additive codes,
+  or the mean attention logit of rope / alibi models, averaged over pixel pairs with that offset.
+  A proximity learnt on the image shows up as a peak at the grid neighbours, where a 1D offset
+  plot shows it split between i − j = ±1 and ±width."""
+  mask = np.asarray(mask, bool)
+  length = int(mask.sum(1).max())
+  if model.cfg.position in ("sinusoidal", "learned"):
+    codes = position_codes(model, params, length)
+    values = [position_interaction(params, layer, codes) for layer in range(model.cfg.num_layers)]
+    pairs, what = np.ones((length, length), bool), f"(P W_Q)(P W_K)^T / sqrt(d), {model.cfg.position} P"
+  elif model.cfg.position in RELATIVE_POSITIONS:
+    values = [np.asarray(l)[..., :length, :length] for l in attention_logits(model, params, tokens)]
+    real = mask[:, :length]
+    pairs, what = real[:, :, None] & real[:, None, :], f"mean attention logit, {model.cfg.position}"
+  else:
+    return []
+  layers = []
+  for layer, v in enumerate(values):
+    rows, cols, means = mean_by_grid_offset(v, pairs, grid_width)
+    name = f"position_grid_layer{layer}.png"
+    _grid_figure(means, rows, cols, os.path.join(out, name),
+                 f"{title} layer {layer}: {what}, by grid offset")
+    layers.append({"figure": name, "row_offsets": rows.tolist(), "column_offsets": cols.tolist(),
+                   "heads": [[_json_floats(r) for r in m] for m in means]})
+  return layers
 
 
 def _json_floats(values) -> list:

@@ -7,7 +7,8 @@ For each phase directory (one holding metrics.jsonl) it writes next to the phase
   <phase>/report.png   training and validation loss, and the phase's selection metric (accuracy,
                        for SPT the masked-token accuracy, R² for masked pixels under L1) against
                        the step; the best checkpoint marked, with the test score of it
-  <phase>/report.md    status, the best / final validation and test records, throughput
+  <phase>/report.md    status, the best / final validation and test records, throughput, and for
+                       masked pretraining the reference levels if computed (reference_levels.json)
 
 and WORKDIR/report.md gathers the phases' summaries. Nothing else is read (no checkpoint, config or
 results.json), so a killed, resumed or copied run reports the same: the best step is the step of
@@ -28,10 +29,13 @@ import sys
 
 import numpy as np
 
+from spt_jax.analysis import reference_levels
+
 METRICS = "metrics.jsonl"
 FIGURE = "report.png"
 SUMMARY = "report.md"
 SWEEP_FIGURE = "curves.png"
+LEVELS = reference_levels.LEVELS_FILE
 # Columns of the summary tables, in this order when present, then the rest alphabetically.
 _FIRST = ("loss", "accuracy", "r2")
 # Training-only bookkeeping, not drawn or tabulated as results.
@@ -241,6 +245,14 @@ def summary(phase: Phase, run: str, figure: str | None = FIGURE) -> str:
                   f"{_fmt(train[-1].get('loss', float('nan')))}"
                   + (f"; median {np.median(rates):.3g} steps/s over {len(rates)} windows"
                      if rates else "") + "."]
+  levels_path = os.path.join(phase.directory, LEVELS)
+  if os.path.isfile(levels_path):  # masked pretraining: where the run stands (reference_levels.py)
+    with open(levels_path) as f:
+      levels = json.load(f)
+    lines += ["", "Where this pretraining stands, on its own validation masks "
+                  "(`python -m spt_jax.analysis.reference_levels`):", "",
+              reference_levels.table(levels, best.get("loss") if best else None,
+                                     best.get("accuracy") if best else None).rstrip()]
   if figure:
     lines += ["", f"![{run} / {phase.name} learning curves]({figure})"]
   return "\n".join(lines) + "\n"

@@ -47,12 +47,16 @@ class Task:
   smoke(cfg)           the sizes of the `smoke` variant for a section (config_lib.smoke applies
                        them): {'data': {...}, 'model': {...}, 'phase': {...}} of field overrides,
                        nested dicts updating nested sections
+  masked_ceiling       optional, for generated data whose grammar is known: masked_ceiling(targets)
+                       → per masked position (nats, accuracy) of the best prediction a model can
+                       make from the grammar (analysis/reference_levels.py); None: unknown
   """
   name: str
   config: Callable[..., Any]
   load: Callable[[Any], TaskData]
   signature: Callable[[Any], dict]
   smoke: Callable[[Any], dict]
+  masked_ceiling: Callable[[Any], tuple[Any, Any]] | None = None
 
 
 def check_local(key: str, path: str) -> None:

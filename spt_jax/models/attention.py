@@ -22,10 +22,11 @@ and their softmax in float32 (dense and local accumulate q·kᵀ in float32, blo
 tiles and softmax statistics, cuDNN's fused kernel keeps its softmax statistics in float32), and
 casts the probabilities back to the compute dtype only for the product with v.
 
-Relative positions (`model.position`): 'rope' rotates q and k by their positions (`rotary`) before any
-implementation sees them; 'alibi' is a rule on scores, `ScoreModifier`, which every implementation
-applies to each tile it computes from the tile's query and key positions. So is `model.causal` (query
-i sees keys j <= i only), which blockwise and local also use to skip what it masks.
+Relative positions (`model.position`): 'rope' (and 'rope2d', by row and column) rotates q and k by
+their positions (`rotary`) before any implementation sees them; 'alibi' (and 'alibi2d', by grid
+distance) is a rule on scores, `ScoreModifier`, which every implementation applies to each tile it
+computes from the tile's query and key positions. So is `model.causal` (query i sees keys j <= i
+only), which blockwise and local also use to skip what it masks.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ ROPE_BASE = 10000.0
 # ------------------------------------------------------------------------------------------ positions
 
 
-def rotary(x: jax.Array) -> jax.Array:
+def rotary(x: jax.Array, grid_width: int = 0, positions=None) -> jax.Array:
   """RoPE (Su et al.): x [B, L, H, D] with channel pair (c, c + D/2) at position p turned by the angle
   p·ROPE_BASE^(−2c/D), so that a rotated query and key score by their content and i − j only.
 
@@ -57,9 +58,18 @@ def rotary(x: jax.Array) -> jax.Array:
   to a fixed permutation of the learned projections' channels, without an interleaving reshape.
   Angles in float64 and the rotation in float32 whatever the compute dtype: a bfloat16 angle is off
   by whole radians from position ~500 on.
+
+  grid_width > 0: axial RoPE for a sequence that is an image read row by row: the first half of the
+  channels is rotated by each position's row (p // grid_width), the second half by its column, so
+  that scores depend on content and the two offsets (Δrow, Δcolumn) only.
   """
+  if grid_width:
+    rows, cols = np.divmod(np.arange(x.shape[1]), grid_width)
+    half_a, half_b = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([rotary(half_a, positions=rows), rotary(half_b, positions=cols)], -1)
   length, dim = x.shape[1], x.shape[-1]
-  angle = np.arange(length)[:, None] * ROPE_BASE ** (-np.arange(0, dim, 2) / dim)
+  positions = np.arange(length) if positions is None else positions
+  angle = positions[:, None] * ROPE_BASE ** (-np.arange(0, dim, 2) / dim)
   cos = np.cos(angle)[:, None].astype(np.float32)  # [L, 1, D/2], broadcast over heads
   sin = np.sin(angle)[:, None].astype(np.float32)
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -86,18 +96,26 @@ class ScoreModifier:
   alibi: per-head slopes m_h (`alibi_slopes`); query i's score for key j gets −m_h·|i − j| (Press et
     al.'s bidirectional form; with `causal` only j <= i remain: the usual one-sided −m_h·(i − j)).
     () for none.
+  grid_width: > 0 for ALiBi on an image read row by row, `grid_width` pixels a row: the distance is
+    the Euclidean one between the two pixels on the grid, √(Δrow² + Δcolumn²), instead of |i − j|.
   causal: query i sees keys j <= i only. Blockwise also skips the block pairs it rules out
     (`_block_pairs`) and local drops the next block from each window.
   """
   alibi: tuple[float, ...] = ()
   causal: bool = False
+  grid_width: int = 0
 
   def bias(self, q_pos, k_pos) -> jax.Array:
     """The additive part, [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck]; a
     constant of the positions, so no gradient flows through it."""
     # jnp before the outer difference: with numpy positions it would become an L×L program constant.
     q_pos, k_pos = jnp.asarray(q_pos, jnp.int32), jnp.asarray(k_pos, jnp.int32)
-    distance = jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]).astype(jnp.float32)
+    if self.grid_width:
+      rows = q_pos[..., :, None] // self.grid_width - k_pos[..., None, :] // self.grid_width
+      cols = q_pos[..., :, None] % self.grid_width - k_pos[..., None, :] % self.grid_width
+      distance = jnp.sqrt((rows * rows + cols * cols).astype(jnp.float32))
+    else:
+      distance = jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]).astype(jnp.float32)
     return -jnp.asarray(self.alibi, jnp.float32)[:, None, None] * distance[..., None, :, :]
 
   def apply(self, scores, q_pos, k_pos, key_mask, fill):
@@ -122,8 +140,8 @@ NO_MODIFIER = ScoreModifier()
 
 def score_modifier(cfg) -> ScoreModifier:
   """The rule a ModelConfig's `position` and `causal` put on scores."""
-  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.position == "alibi" else (),
-                       causal=cfg.causal)
+  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.alibi else (),
+                       causal=cfg.causal, grid_width=cfg.grid_width if cfg.alibi else 0)
 
 
 # ------------------------------------------------------------------------------------------ dense
@@ -477,8 +495,8 @@ class MultiHeadAttention(nn.Module):
     # gradient is exactly zero and Adam would only turn float noise into lr-sized random steps.
     k = project(name="key", use_bias=False)(x)
     v = project(name="value")(x)
-    if cfg.position == "rope":
-      q, k = rotary(q), rotary(k)
+    if cfg.rotary:
+      q, k = rotary(q, cfg.grid_width), rotary(k, cfg.grid_width)
     modifier = score_modifier(cfg)
     dropout_fn = None
     if train and cfg.dropout_rate > 0:

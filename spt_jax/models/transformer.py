@@ -19,6 +19,7 @@ that does not is stopped before its first step with this among the remedies (spt
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,10 +31,15 @@ import numpy as np
 from spt_jax.data.vocab import CLS_ID, PAD_ID
 from spt_jax.models import attention as attention_lib
 
-POSITIONS = ("sinusoidal", "learned", "none", "rope", "alibi")
+POSITIONS = ("sinusoidal", "learned", "none", "rope", "alibi", "rope2d", "alibi2d")
 # Positions that act inside attention (models/attention.py: rope rotates q and k, alibi biases the
-# scores) instead of codes added to the encoder's input.
-RELATIVE_POSITIONS = ("rope", "alibi")
+# scores) instead of codes added to the encoder's input. The 2d ones read a sequence of L positions
+# as the √L × √L grid of a square image, row by row: alibi2d biases by the grid distance between
+# two pixels, rope2d rotates half of each head's channels by the row and half by the column.
+ROTARY_POSITIONS = ("rope", "rope2d")
+ALIBI_POSITIONS = ("alibi", "alibi2d")
+GRID_POSITIONS = ("rope2d", "alibi2d")
+RELATIVE_POSITIONS = ROTARY_POSITIONS + ALIBI_POSITIONS
 POOLINGS = ("mean", "max", "last", "cls")
 HEADS = ("mlm", "classifier")
 INPUT_KINDS = ("tokens", "pixels")
@@ -104,6 +110,21 @@ class ModelConfig:
     """Positions the encoder sees: the data's plus the model's own CLS token."""
     return self.max_length + (self.pooling == "cls")
 
+  @property
+  def rotary(self) -> bool:
+    """q and k are rotated by their positions (attention.rotary)."""
+    return self.position in ROTARY_POSITIONS
+
+  @property
+  def alibi(self) -> bool:
+    """Scores are biased by the distance between query and key (attention.ScoreModifier)."""
+    return self.position in ALIBI_POSITIONS
+
+  @property
+  def grid_width(self) -> int:
+    """The width of the square grid a 2d position reads the sequence as (0: a 1d position)."""
+    return math.isqrt(self.max_length) if self.position in GRID_POSITIONS else 0
+
   def replace(self, **changes) -> "ModelConfig":
     return dataclasses.replace(self, **changes)
 
@@ -127,7 +148,12 @@ def from_section(section, task=None, **task_fields) -> ModelConfig:
                   num_classes=task.num_classes, input_kind=task.input_kind,
                   pixel_mean=task.pixel_mean, pixel_std=task.pixel_std)
   fields.update(task_fields)
-  return ModelConfig(**fields)
+  config = ModelConfig(**fields)
+  if config.position in GRID_POSITIONS and config.max_length and (
+      math.isqrt(config.max_length) ** 2 != config.max_length):
+    raise ValueError(f"config.model.position={config.position!r} reads a sequence as a square "
+                     f"image, but the data's length is {config.max_length}, not a square.")
+  return config
 
 
 def _one_of(value, allowed, key):
@@ -154,10 +180,15 @@ def validate_section(m) -> None:
                      f"config.model.num_heads={m.num_heads}.")
   if m.position == "sinusoidal" and m.d_model % 2:
     raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
-  if m.position == "rope" and (m.d_model // m.num_heads) % 2:
-    raise ValueError(f"config.model.position='rope' rotates channel pairs: the head dimension "
-                     f"config.model.d_model / config.model.num_heads = {m.d_model // m.num_heads} "
-                     f"must be even.")
+  multiple = {"rope": 2, "rope2d": 4}.get(m.position, 1)
+  if (m.d_model // m.num_heads) % multiple:
+    raise ValueError(f"config.model.position={m.position!r} rotates channel pairs"
+                     f"{' (half by row, half by column)' if multiple == 4 else ''}: the head "
+                     f"dimension config.model.d_model / config.model.num_heads = "
+                     f"{m.d_model // m.num_heads} must be a multiple of {multiple}.")
+  if m.position in GRID_POSITIONS and m.pooling == "cls":
+    raise ValueError(f"config.model.position={m.position!r} reads the positions as an image grid, "
+                     f"where a CLS token has no place; use pooling='mean' or 'max'.")
   if m.causal and m.pooling == "cls":
     raise ValueError("config.model.causal=True with config.model.pooling='cls': the CLS token at "
                      "position 0 would see only itself; use pooling='last' or 'mean'.")

@@ -32,6 +32,11 @@ def count_before_forward(count, inputs):
   return jax.lax.optimization_barrier((count, inputs))
 
 
+def higher_is_better(metric: str) -> bool:
+  """Whether a larger value of validation metric `metric` is better: every metric but a loss."""
+  return not metric.endswith("loss")
+
+
 def example_weights(batch, like):
   """[B] example weights broadcast against per-position arrays [B, ...]."""
   w = batch["weights"]
@@ -44,14 +49,17 @@ class Objective:
   `from_config`, and implement `loss`; the rest has defaults that fit a single-loss objective.
 
   model            the SequenceModel (spt_jax/models/transformer.py) whose parameters it trains
-  selection_metric the validation metric (of `summarize`'s) whose highest value picks the best
-                   checkpoint
+  selection_metric the validation metric (of `summarize`'s) whose best value (`higher_is_better`)
+                   picks the best checkpoint unless the phase's `select_on` names another
   state_key        None, or the key of the objective's own state (e.g. loss weights) in the
                    optimiser state {'model': <optax state>, state_key: <state>}: checkpointed and
                    resumed with it
   """
   name: ClassVar[str] = ""
   state_key: ClassVar[str | None] = None
+  # Parameter names of heads applied to pooled features, once per example rather than per position
+  # (the training compute count, spt_jax/flops.py).
+  per_sequence_heads: ClassVar[tuple[str, ...]] = ("classifier",)
   model: Any
   selection_metric: str = "accuracy"
 

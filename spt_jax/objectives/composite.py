@@ -283,6 +283,7 @@ class Composite(Objective):
   it too."""
   name = "composite"
   state_key = "weighting"
+  per_sequence_heads = ("classifier", "contrastive")  # the projection of pooled views
   heads: PretrainHeads = None
   weighting: grap.Weighting = None
   losses: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ from spt_jax.objectives import register
 from spt_jax.objectives.base import Objective, count_before_forward, example_weights, ratio
 
 PIXEL_LOSSES = ("l1", "ce")
+MASKED_PIXEL = 256  # a masked pixel, as `corrupted` reports what the encoder sees (values are 0-255)
 
 
 def token_loss(logits, targets, mask, num_masked=None):
@@ -97,12 +98,19 @@ class MaskedTokenPrediction(MaskedPrediction):
   first_regular_id: int = 0
   vocab_size: int = 0
 
-  def loss(self, params, batch, rng, *, train: bool):
-    mask_rng, corrupt_rng, dropout_rng = jax.random.split(rng, 3)
+  def corrupted(self, batch, rng):
+    """(mask [B, L]: the positions scored, the encoder's input ids [B, L]) as the loss draws them
+    for `rng` (what a reference predictor sees, analysis/reference_levels.py)."""
+    mask_rng, corrupt_rng, _ = jax.random.split(rng, 3)
     tokens = batch["inputs"]
     mask = masking.draw_mask(mask_rng, tokens, self.mask_rate) & (example_weights(batch, tokens) > 0)
-    inputs = masking.corrupt(corrupt_rng, tokens, mask, bert_mix=self.bert_mix,
-                             first_regular_id=self.first_regular_id, vocab_size=self.vocab_size)
+    return mask, masking.corrupt(corrupt_rng, tokens, mask, bert_mix=self.bert_mix,
+                                 first_regular_id=self.first_regular_id, vocab_size=self.vocab_size)
+
+  def loss(self, params, batch, rng, *, train: bool):
+    dropout_rng = jax.random.split(rng, 3)[2]
+    tokens = batch["inputs"]
+    mask, inputs = self.corrupted(batch, rng)
     num_masked, inputs = count_before_forward(mask.astype(jnp.float32).sum(), inputs)
     logits = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": dropout_rng})
     return token_loss(logits, tokens, mask, num_masked)
@@ -119,11 +127,18 @@ class MaskedPixelPrediction(MaskedPrediction):
   pixel_mean: float = 0.0
   pixel_std: float = 255.0
 
-  def loss(self, params, batch, rng, *, train: bool):
-    mask_rng, dropout_rng = jax.random.split(rng)
+  def corrupted(self, batch, rng):
+    """(mask [B, L]: the pixels scored, what the encoder sees [B, L]: the 8-bit value, or
+    MASKED_PIXEL where masked) as the loss draws them for `rng`."""
     pixels = batch["inputs"]
-    mask = jax.random.bernoulli(mask_rng, self.mask_rate, pixels.shape) & (
+    mask = jax.random.bernoulli(jax.random.split(rng)[0], self.mask_rate, pixels.shape) & (
         example_weights(batch, pixels) > 0)
+    return mask, jnp.where(mask, MASKED_PIXEL, pixels.astype(jnp.int32))
+
+  def loss(self, params, batch, rng, *, train: bool):
+    dropout_rng = jax.random.split(rng)[1]
+    pixels = batch["inputs"]
+    mask, _ = self.corrupted(batch, rng)
     n, (pixels, mask) = count_before_forward(mask.astype(jnp.float32).sum(), (pixels, mask))
     out = self.model.apply({"params": params}, pixels, train=train, pixel_mask=mask,
                            rngs={"dropout": dropout_rng})

@@ -1,0 +1,87 @@
+r"""The LRA-at-CPU-scale study with every phase run to its plateau and compute counted
+(docs/lra_cpu.md, "Plateau budgets"): ListOps and Pathfinder at the `cpu` variants of
+configs/<task>_{spt,scratch}.py, the models and data of the fixed-budget study unchanged.
+
+  python -m spt_jax.sweep --config=configs/sweeps/lra_plateau.py:pathfinder,a \
+      --workdir=~/spt_runs/lra_plateau/pathfinder --processes=2
+  (stages a, b, c, d in that order; the same for listops)
+
+Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a task share runs):
+  a  SPT vs from scratch vs compute-matched scratch (from scratch, fine-tuned for as many training
+     FLOPs as the SPT run of the same seed spent on pretraining plus fine-tuning)
+  b  from scratch with a built-in proximity bias: ALiBi, RoPE, and on Pathfinder their
+     two-dimensional forms on the image grid (alibi2d: the bias grows with the grid distance;
+     rope2d: axial RoPE, half the channels by row, half by column)
+  c  SPT with the same position options
+  d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
+Seeds: 3 on ListOps, 5 on Pathfinder (one in three SPT seeds stayed at chance at 1,500 steps).
+
+Budgets (every value here, for both arms alike; nothing was searched for either):
+  pretraining  up to 20,000 steps on ListOps, 10,000 on Pathfinder (its masked loss was still
+               falling at 1,500); validation every 500 steps; stops once validation masked loss has
+               not improved by 0.005 nats in 4 validations (2,000 steps). The hand-off checkpoint is
+               still chosen on masked accuracy (Amos et al.).
+  fine-tuning  up to 10,000 steps; validation every 250; stops once validation accuracy has not
+               improved by 0.5 points in 12 validations (3,000 steps: longer than the chance
+               plateau SPT's Pathfinder runs escaped from at 1,500 steps). The compute-matched arm
+               runs its whole budget (no plateau rule).
+"""
+from spt_jax.config_lib import sweep_config
+
+TASKS = ("listops", "pathfinder")
+SEEDS = {"listops": (0, 1, 2), "pathfinder": (0, 1, 2, 3, 4)}
+PRETRAIN_CAP = {"listops": 20_000, "pathfinder": 10_000}
+# Validation accuracy whose first fine-tuning step is reported (as in configs/sweeps/lra_cpu.py).
+STEPS_TO = {"listops": 0.30, "pathfinder": 0.60}
+
+FINETUNE = ("finetune.num_steps=10000 finetune.eval_every_steps=250 "
+            "finetune.checkpoint_every_steps=250 finetune.stop_on_plateau.patience=12 "
+            "finetune.stop_on_plateau.min_delta=0.005")
+
+
+def pretrain(task: str) -> str:
+  return (f"pretrain.num_steps={PRETRAIN_CAP[task]} pretrain.eval_every_steps=500 "
+          "pretrain.checkpoint_every_steps=500 pretrain.stop_on_plateau.patience=4 "
+          "pretrain.stop_on_plateau.min_delta=0.005 pretrain.stop_on_plateau.metric=loss")
+
+
+def positions(task: str) -> tuple[str, ...]:
+  """The built-in proximity biases of stages b and c: 1D everywhere, 2D on images."""
+  return ("alibi", "rope") + (("alibi2d", "rope2d") if task == "pathfinder" else ())
+
+
+def _stages(task: str) -> dict:
+  spt = f"{pretrain(task)} {FINETUNE}"
+  scratch = f"config=configs/{task}_scratch.py:cpu {FINETUNE}"
+  from_spt = f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain {FINETUNE}"
+  a = [f"spt: {spt}", f"scratch: {scratch}",
+       f"scratch_matched: config=configs/{task}_scratch.py:cpu {FINETUNE} "
+       "finetune.stop_on_plateau.patience=0 finetune.match_compute_of={workdir}/spt/seed_{seed}"]
+  return {
+      "a": dict(runs=a, title=f"{task} (cpu, plateau budgets): SPT vs from scratch vs "
+                              f"compute-matched scratch"),
+      "b": dict(runs=[f"scratch: {scratch}"] + [f"scratch_{p}: {scratch} model.position={p}"
+                                                for p in positions(task)],
+                title=f"{task} (cpu, plateau budgets): from scratch with a proximity bias"),
+      "c": dict(runs=[f"spt: {spt}"] + [f"spt_{p}: {spt} model.position={p}"
+                                        for p in positions(task)],
+                title=f"{task} (cpu, plateau budgets): SPT with a proximity bias"),
+      "d": dict(runs=[f"spt: {spt}", f"qk: {from_spt} finetune.init_from.include=qk",
+                      f"qkvo: {from_spt} finetune.init_from.include=qkvo",
+                      f"spt_frozen_attention: {from_spt} finetune.freeze=attention",
+                      f"scratch: {scratch}",
+                      f"scratch_frozen_attention: {scratch} finetune.freeze=attention"],
+                title=f"{task} (cpu, plateau budgets): loaded and frozen attention"),
+  }
+
+
+def get_config(arg=None):
+  task, _, stage = (arg or "").partition(",")
+  if task not in TASKS or stage not in _stages(task):
+    raise ValueError(f"configs/sweeps/lra_plateau.py takes 'task,stage' with task in {TASKS} and "
+                     f"stage in {tuple(_stages('listops'))}, got {arg!r}.")
+  s = _stages(task)[stage]
+  return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
+                      title=s["title"], output=stage, steps_to=STEPS_TO[task],
+                      metrics=("finetune.test_of_best.accuracy", "finetune.best_val.accuracy",
+                               "finetune.stopped_at_step"))
