@@ -47,6 +47,12 @@ def test_levels_on_a_cyclic_task_match_their_closed_forms():
   # ±2: unknown only when all four neighbours are hidden (about r⁴).
   assert out["neighbours ±2"]["loss"] < 0.3 * out["neighbours ±1"]["loss"]
   assert out["neighbours ±2"]["accuracy"] > 0.99
+  # Read as an image 6 wide, the pixels above and below are 6 positions away: the same token in a
+  # cycle of 3, so this level too is known unless all four neighbours are hidden.
+  grid = reference_levels.levels(objective, splits, eval_batch_size=50,
+                                 eval_rng=jax.random.PRNGKey(3), vocab=vocab.size, grid_width=6)
+  assert grid["neighbours ±2"] == out["neighbours ±2"]
+  assert grid["grid neighbours"]["accuracy"] > 0.99
   text = reference_levels.table(out, run_loss=0.5, run_accuracy=0.8)
   assert "| neighbours ±1 |" in text and "**this run**" in text
 

@@ -9,6 +9,8 @@ on its training split:
   frequencies      the training targets' frequencies (no context)
   neighbours ±1    p(target | what the model sees at i−1 and i+1)
   neighbours ±2    p(target | what it sees at i−2, i−1, i+1, i+2)
+  grid neighbours  for images read row by row, w pixels a row: p(target | what it sees above, left,
+                   right and below: i−w, i−1, i+1, i+w)
 and, where the task's generator knows it (`Task.masked_ceiling`, e.g. ListOps: a model that knows
 which kind of token each masked position holds and nothing else, the values being uniform draws),
 the grammar's ceiling. "What the model sees" is the corrupted input: a neighbour that is masked too
@@ -88,10 +90,13 @@ class _Counts:
 
 
 def levels(objective, splits, *, eval_batch_size: int, eval_rng, vocab: int,
-           max_eval_batches: int = 0, ceiling=None, fit_rng=None) -> dict:
+           max_eval_batches: int = 0, ceiling=None, fit_rng=None, grid_width: int = 0) -> dict:
   """{level: {'loss': nats, 'accuracy': fraction}} on the validation split's masked positions
   (module docstring). `vocab`: the number of target values; `ceiling(targets)` → per-position
-  (nats, accuracy) of the grammar's ceiling, or None."""
+  (nats, accuracy) of the grammar's ceiling, or None; `grid_width` > 0 (images read row by row)
+  adds the level of the four grid neighbours (above, left, right, below)."""
+  contexts = CONTEXTS + ((("grid neighbours", (-grid_width, -1, 1, grid_width)),)
+                         if grid_width else ())
   fit_rng = jax.random.PRNGKey(0) if fit_rng is None else fit_rng
   train, val = splits["train"], splits["val"]
   # What the model sees around every real training position, with the phase's own masking.
@@ -117,7 +122,7 @@ def levels(objective, splits, *, eval_batch_size: int, eval_rng, vocab: int,
   counts = [_Counts(keys(fit_view, count_rows, count_cols, offs), inputs[count_rows, count_cols],
                     vocab, np.concatenate([keys(view, rows, cols, offs),
                                            keys(fit_view, held_rows, held_cols, offs)]))
-            for _, offs in CONTEXTS]
+            for _, offs in contexts]
 
   def level(count, p_smaller, context_keys, weight):
     """Witten-Bell smoothing towards the smaller context's p, then weighed against it."""
@@ -129,7 +134,7 @@ def levels(objective, splits, *, eval_batch_size: int, eval_rng, vocab: int,
     return weight * smoothed + (1 - weight) * p_smaller
 
   weights, p_held = [], np.full((len(held_targets), vocab), 1.0 / vocab)
-  for (_, offs), count in zip(CONTEXTS, counts):
+  for (_, offs), count in zip(contexts, counts):
     context_keys = keys(fit_view, held_rows, held_cols, offs)
     options = [level(count, p_held, context_keys, w) for w in WEIGHTS]
     held_loss = [-np.log(p[np.arange(len(held_targets)), held_targets]).mean() for p in options]
@@ -137,17 +142,17 @@ def levels(objective, splits, *, eval_batch_size: int, eval_rng, vocab: int,
     weights.append(WEIGHTS[best])
     p_held = options[best]
   out = {}
-  losses = {name: 0.0 for name, _ in CONTEXTS}
-  correct = {name: 0.0 for name, _ in CONTEXTS}
+  losses = {name: 0.0 for name, _ in contexts}
+  correct = {name: 0.0 for name, _ in contexts}
   for start in range(0, len(targets), _CHUNK):
     sl = slice(start, start + _CHUNK)
     t = targets[sl]
     p = np.full((len(t), vocab), 1.0 / vocab)
-    for (name, offs), count, weight in zip(CONTEXTS, counts, weights):
+    for (name, offs), count, weight in zip(contexts, counts, weights):
       p = level(count, p, keys(view, rows[sl], cols[sl], offs), weight)
       losses[name] += float(-np.log(p[np.arange(len(t)), t]).sum())
       correct[name] += float((p.argmax(1) == t).sum())
-  for (name, _), weight in zip(CONTEXTS, weights):
+  for (name, _), weight in zip(contexts, weights):
     out[name] = {"loss": losses[name] / len(targets), "accuracy": correct[name] / len(targets),
                  "weight": weight}
   if ceiling is not None:
@@ -180,10 +185,12 @@ def for_phase(config, name: str, task) -> dict:
   eval_rng = jax.random.split(train.phase_rng(config.seed, name), 3)[2]
   vocab = (pixel_outputs("ce") if isinstance(objective, MaskedPixelPrediction)
            else task.vocab.size)
+  from spt_jax.analysis.attention import grid_width_of
   ceiling = tasks.get(config[cfg.data or "data"].task).masked_ceiling
   return levels(objective, objective.splits(task), eval_batch_size=cfg.eval_batch_size or
                 cfg.batch_size, eval_rng=eval_rng, vocab=vocab,
-                max_eval_batches=cfg.max_eval_batches, ceiling=ceiling)
+                max_eval_batches=cfg.max_eval_batches, ceiling=ceiling,
+                grid_width=grid_width_of(task))
 
 
 def write(run: str, results: dict) -> str:
