@@ -55,6 +55,13 @@ def test_cli_analysis_of_spt_and_scratch_checkpoints(spt_run, tmp_path):
     assert saved["layers"][0]["overall"] == result["layers"][0]["overall"]
     assert len(saved["layers"][0]["heads"]) == 2
     assert -1 <= saved["layers"][0]["overall"]["diagonality"] <= 1
+    # PR of the pooled encoder output, and against the loaded (init) parameters ENSD.
+    representation = saved["representation"]
+    names = ["init", "best"] if checkpoint == "best" else ["init"]
+    assert list(representation["pr"]) == names and "representation.png" in os.listdir(out)
+    assert all(1 <= v <= 16 for v in representation["pr"].values())  # d_model 16
+    if checkpoint == "best":
+      assert 0 < representation["ensd"]["init|best"] <= 16
 
 
 def test_attention_metrics_are_logged_during_training(tmp_path, cache_dir):

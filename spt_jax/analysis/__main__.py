@@ -10,7 +10,10 @@ distance, band mass, diagonality; per layer under "position" the numbers the pos
 the run, checkpoint and split they came from). On image data (pixels, a square length) also the
 same metrics on the pixel grid (`grid_mean_distance`, `grid_band_mass` within 1.5 pixels: the 8
 neighbours, `grid_diagonality`) and `position_grid_layer<l>.png`: the position figure's numbers by
-grid offset (Δrow, Δcolumn), under "position_grid".
+grid offset (Δrow, Δcolumn), under "position_grid". Under "representation": the participation
+ratio of the pooled encoder output at the checkpoint and at the phase's init checkpoint (for a
+fine-tuning, the loaded parameters), their ENSD and eigenvalue spectra (`representations.py`),
+drawn in `representation.png`.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import numpy as np
 from absl import app, flags
 
 from spt_jax import checkpoints, train
-from spt_jax.analysis import attention, plots, read_phase_config
+from spt_jax.analysis import attention, plots, read_phase_config, representations
 from spt_jax.data import tasks
 from spt_jax.data.vocab import PAD_ID
 
@@ -31,6 +34,8 @@ flags.DEFINE_string("out", None, "Directory for the PNGs and metrics.json.")
 flags.DEFINE_string("split", "val", "Data split the examples come from.")
 flags.DEFINE_integer("num_examples", 16, "Examples to average the maps over.")
 flags.DEFINE_integer("band", 1, "Band |i-j| <= band for the band-mass metric.")
+flags.DEFINE_integer("representation_examples", 512, "The fixed sample (the split's first examples) "
+                     "whose pooled encoder outputs give PR and ENSD.")
 flags.mark_flags_as_required(["run", "out"])
 FLAGS = flags.FLAGS
 
@@ -38,7 +43,8 @@ FLAGS = flags.FLAGS
 GRID_BAND = 1.5  # grid_band_mass: the pixel itself and its 8 neighbours
 
 
-def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int) -> dict:
+def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int,
+            representation_examples: int = 512) -> dict:
   config, phase = read_phase_config(run)
   # The phase's own data: a cross-task SPT pretraining read another section (config.<phase>.data).
   task = tasks.load(config[config[phase].get("data") or "data"])
@@ -83,6 +89,18 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
                                                    f"{phase} ({checkpoint})")
     for entry, numbers in zip(result["layers"], grid_figures):
       entry["position_grid"] = numbers
+  # The representation's PR, and against the loaded (init) parameters its ENSD (representations.py).
+  sample = task.splits[split]["inputs"][:representation_examples].astype(np.int32)
+  named = {checkpoint: representations.pooled_features(model, params, sample)}
+  if checkpoint != "init":
+    try:
+      init = checkpoints.restore_item(checkpoints.resolve_params_dir(run, "init"))
+      named = {"init": representations.pooled_features(model, init, sample), **named}
+    except (FileNotFoundError, ValueError) as e:  # a run without an init checkpoint: PR alone
+      result["representation_note"] = f"no init checkpoint ({e})"
+  result["representation"] = representations.compare(named)
+  representations.figure(result["representation"], os.path.join(out, "representation.png"),
+                         f"{phase}: pooled encoder output, {len(sample)} {split} examples")
   with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump(result, f, indent=2)
   return result
@@ -91,7 +109,10 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
 def main(argv):
   del argv
   result = analyse(FLAGS.run, FLAGS.checkpoint, FLAGS.out, FLAGS.split, FLAGS.num_examples,
-                   FLAGS.band)
+                   FLAGS.band, FLAGS.representation_examples)
+  rep = result["representation"]
+  print("representation: PR " + ", ".join(f"{k} {v:.2f}" for k, v in rep["pr"].items())
+        + "".join(f"; ENSD({k.replace('|', ', ')}) {v:.2f}" for k, v in rep["ensd"].items()))
   for layer in result["layers"]:
     print(f"layer {layer['layer']}: " + ", ".join(f"{k}={v:.3f}" for k, v in layer["overall"].items()))
   print(f"wrote {FLAGS.out}")
