@@ -127,16 +127,27 @@ def make_steps(objective, tx, trainable, mesh):
     opt_state = join_opt_state(objective, model_opt, objective_state)
     return TrainState(state.step + 1, params, opt_state), out, info
 
+  train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
+                  out_shardings=(replicated, replicated, replicated), donate_argnums=(0,),
+                  compiler_options=platform.step_compiler_options(objective.model.cfg.remat))
+  return train, make_eval_step(objective, mesh)
+
+
+def make_eval_step(objective, mesh):
+  """The jitted eval step(params, batch, rng) → the objective's metric sums, data-parallel."""
+  replicated = NamedSharding(mesh, P())
+
   def eval_step(params, batch, rng):
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
     return objective.eval_sums(params, batch, rng)
 
-  train = jax.jit(train_step, in_shardings=(replicated, batch_sharded, replicated),
-                  out_shardings=(replicated, replicated, replicated), donate_argnums=(0,),
-                  compiler_options=platform.step_compiler_options(objective.model.cfg.remat))
-  evaluate = jax.jit(eval_step, in_shardings=(replicated, batch_sharded, replicated),
-                     out_shardings=replicated)
-  return train, evaluate
+  return jax.jit(eval_step, in_shardings=(replicated, NamedSharding(mesh, P("data")), replicated),
+                 out_shardings=replicated)
+
+
+def evaluation_rng(seed: int, phase: str) -> jax.Array:
+  """The key phase `phase`'s evaluations draw from (fold_in(·, batch) per batch): its masks."""
+  return jax.random.split(phase_rng(seed, phase), 3)[2]
 
 
 def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:

@@ -255,3 +255,19 @@ def test_a_data_url_is_refused_before_any_work(tmp_path, key):
 def test_an_unreachable_url_workdir_is_one_error(tmp_path):
   with pytest.raises(ValueError, match=r"--workdir=ftp://host/w cannot be reached"):
     experiment.prepare_workdir("ftp://host/w")
+
+
+def test_load_run_reads_a_url_workdir(gs_run):
+  from spt_jax.runs import load_run
+  bucket, results = gs_run[0], gs_run[1]
+  with epath_testing.mock_epath(**bucket.mocks()):
+    from orbax.checkpoint._src.path import gcs_utils
+
+    def kvstore(path):
+      _, inside = gcs_utils.parse_gcs_path(path, add_trailing_slash=False)
+      return {"driver": "file", "path": os.path.join(bucket.root, inside)}
+    with mock.patch.object(gcs_utils, "get_kvstore_for_gcs", kvstore):
+      run = load_run(WORKDIR, "finetune")
+      assert run.checkpoint_dir.startswith(f"{WORKDIR}/finetune/checkpoints/best/")
+      assert run.evaluate("test") == results["finetune"]["test_of_best"]
+  assert bucket.abspath_calls == []

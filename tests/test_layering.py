@@ -26,7 +26,7 @@ LAYERS = (
     ("experiment", ("spt_jax.experiment",)),
     # Reads finished runs (CLIs) and supplies the hooks the trainer runs (attention metrics during
     # training, the composite weights' figure): the trainer never imports it.
-    ("analysis", ("spt_jax.analysis.*",)),
+    ("analysis", ("spt_jax.analysis.*", "spt_jax.runs")),
     # One phase from config to results.
     ("trainer", ("spt_jax.train", "spt_jax.preflight", "spt_jax.stopping")),
     # Config builders and validation: each section is checked by the module that owns it.

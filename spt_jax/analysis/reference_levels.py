@@ -182,7 +182,7 @@ def for_phase(config, name: str, task) -> dict:
     raise ValueError(f"Reference levels are for masked pretraining (objective 'mlm'); phase "
                      f"{name!r} is {cfg.objective!r}.")
   objective = train.make_objective(config, name, task)
-  eval_rng = jax.random.split(train.phase_rng(config.seed, name), 3)[2]
+  eval_rng = train.evaluation_rng(config.seed, name)
   vocab = (pixel_outputs("ce") if isinstance(objective, MaskedPixelPrediction)
            else task.vocab.size)
   from spt_jax.analysis.attention import grid_width_of
