@@ -1,7 +1,8 @@
 r"""Checkpoint surgery: read, edit and write parameter trees without building a model.
 
-Every edit takes full-match regexes over '/'-joined paths (as `freeze` and `init_from` do), and a
-pattern that matches nothing is an error. Edits return a new tree and leave their input unchanged.
+Every edit takes full-match regexes over '/'-joined paths, or the presets of `freeze` and
+`init_from` (`qk`, `attention`, `mlp`, ...: param_groups.PRESETS), and a pattern that matches
+nothing is an error. Edits return a new tree and leave their input unchanged.
 A saved tree is loaded into a run with `config.<phase>.init_from.source=<saved path>`.
 
   python -m spt_jax.surgery ls runs/x/pretrain [--checkpoint best|latest|init|STEP] [--pattern RE]
@@ -21,7 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from spt_jax import checkpoints, tree
+from spt_jax import checkpoints, param_groups, tree
 
 DIFF_STATUSES = ("changed", "same", "only_in_a", "only_in_b", "shape_mismatch")
 
@@ -147,25 +148,27 @@ def format_diff(rows: Sequence[dict], name_a: str = "A", name_b: str = "B") -> s
 def select(params, include: Sequence[str], exclude: Sequence[str] = ()) -> dict:
   """Only the leaves matched by `include` and not by `exclude`, as a nested dict."""
   flat = tree.flatten(params)
-  chosen = tree.select(flat, include, exclude, what="surgery.select")
+  chosen = tree.select(flat, param_groups.expand(include), param_groups.expand(exclude),
+                       what="surgery.select")
   return tree.unflatten({p: flat[p] for p in chosen})
 
 
 def drop(params, patterns: Sequence[str]) -> dict:
   """Every leaf except those matched by `patterns`, as a nested dict."""
   flat = tree.flatten(params)
-  dropped = set(tree.match_patterns(patterns, flat, what="surgery.drop"))
+  dropped = set(tree.match_patterns(param_groups.expand(patterns), flat, what="surgery.drop"))
   return tree.unflatten({p: x for p, x in flat.items() if p not in dropped})
 
 
 def transplant(target, source, include: Sequence[str], exclude: Sequence[str] = ()) -> dict:
   """`target` with exactly the selected paths of `source` copied in (shapes and dtypes must agree)."""
-  chosen = tree.select(tree.flatten(source), include, exclude, what="surgery.transplant")
+  chosen = tree.select(tree.flatten(source), param_groups.expand(include),
+                       param_groups.expand(exclude), what="surgery.transplant")
   return tree.merge(target, source, chosen, target_name="target", source_name="source")
 
 
 def _edit(params, patterns: Sequence[str], fn, what: str):
-  chosen = set(tree.match_patterns(patterns, tree.flatten(params), what=what))
+  chosen = set(tree.match_patterns(param_groups.expand(patterns), tree.flatten(params), what=what))
   return tree.map_with_path(lambda p, x: fn(p, np.asarray(x)) if p in chosen else x, params)
 
 
