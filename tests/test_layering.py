@@ -23,10 +23,10 @@ LAYERS = (
     ("entry", ("spt_jax.sweep", "spt_jax.surgery", "spt_jax.theory.experiments",
                "spt_jax.report")),
     # A whole run: phases in order, workdir checks; hands the analysis hooks to the trainer.
-    ("experiment", ("spt_jax.experiment",)),
+    ("experiment", ("spt_jax.experiment", "spt_jax.runs")),
     # Reads finished runs (CLIs) and supplies the hooks the trainer runs (attention metrics during
     # training, the composite weights' figure): the trainer never imports it.
-    ("analysis", ("spt_jax.analysis.*", "spt_jax.runs")),
+    ("analysis", ("spt_jax.analysis.*",)),
     # One phase from config to results.
     ("trainer", ("spt_jax.train", "spt_jax.preflight", "spt_jax.stopping")),
     # Config builders and validation: each section is checked by the module that owns it.
