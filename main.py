@@ -10,7 +10,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from spt_jax import checkpoints, distributed, experiment, platform
+from spt_jax import checkpoints, distributed, experiment, metric_writers, platform
 
 config_flags.DEFINE_config_file("config", None, "Config file, optionally with ':variant'.",
                                 lock_config=True)
@@ -30,6 +30,12 @@ flags.DEFINE_string("cores", "", "CPU cores this run may use, e.g. '0', '0,1' or
                     "for the same number of cores; another number changes float32 rounding "
                     "(XLA:CPU splits some operations by its thread count), so resume a run with "
                     "the count it started with.")
+flags.DEFINE_string("wandb_project", "", "Also log every metric to this Weights & Biases project "
+                    "(pip install -e '.[wandb]'; process 0 only, one W&B run per phase, resumed "
+                    "with the phase). '': metrics.jsonl and TensorBoard only.")
+flags.DEFINE_string("wandb_entity", "", "The W&B entity (team or user); '': W&B's default.")
+flags.DEFINE_enum("wandb_mode", "online", ["online", "offline"], "offline: W&B writes locally, "
+                  "for `wandb sync` later.")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
                   "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
                   "up to ~5x the step's temporaries in resident memory (given back automatically "
@@ -48,6 +54,9 @@ def main(argv):
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)
   try:
+    if flags.FLAGS.wandb_project:
+      metric_writers.enable_wandb(flags.FLAGS.wandb_project, entity=flags.FLAGS.wandb_entity,
+                                  mode=flags.FLAGS.wandb_mode)
     experiment.run(flags.FLAGS.config, flags.FLAGS.workdir)
   except (ValueError, OSError, FloatingPointError) as e:
     # Bad input (a config value, a data file, a checkpoint, a workdir) is reported in one message

@@ -5,6 +5,12 @@ A workdir is a local directory or any etils.epath URL (`gs://bucket/run`): every
 reached through `epath`, never `open()` or `os.path`, and a URL is never made absolute
 (`os.path.abspath("gs://b/x")` is the local path `$PWD/gs:/b/x`). Orbax is handed the same paths.
 
+Optionally (`enable_wandb`, main.py's --wandb_project) the same scalars go to Weights & Biases: one
+W&B run per phase, its id derived from the phase directory, so a resumed phase continues the same
+W&B run; values it logged past the restored step before a kill are logged again with the same
+steps and values (the resumed run is bit-identical), which W&B keeps once. Test records, written
+at the best step after the last step, go to the W&B run's summary.
+
 Only process 0 writes. On resume the JSON lines past the restored step, and any test record (written
 only as a phase ends), are dropped first: the resumed run recomputes them bit-identically, and the file
 then reads as if the run had never stopped. TensorBoard is told the same (`purge_step`), and its events
@@ -12,10 +18,12 @@ are flushed at every checkpoint, so a kill loses none that a resumed run would n
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import re
+import tempfile
 
 import jax
 from absl import logging
@@ -97,9 +105,48 @@ def _summary_writer(logdir: epath.Path, purge_step: int):
   return None
 
 
+_wandb_settings: dict | None = None
+
+
+def enable_wandb(project: str, *, entity: str = "", mode: str = "online") -> None:
+  """Every MetricWriter of this process also logs to W&B (`pip install -e '.[wandb]'`). Checked
+  here, before any run starts: an unknown mode or a missing package is one error."""
+  global _wandb_settings
+  if mode not in ("online", "offline"):
+    raise ValueError(f"--wandb_mode={mode!r} must be 'online' or 'offline'.")
+  try:
+    import wandb  # noqa: F401 - the optional extra
+  except ImportError:
+    raise ValueError("--wandb_project needs W&B: pip install -e '.[wandb]'.") from None
+  _wandb_settings = {"project": project, "entity": entity or None, "mode": mode}
+
+
+def disable_wandb() -> None:
+  global _wandb_settings
+  _wandb_settings = None
+
+
+def wandb_run_id(directory) -> str:
+  """The W&B run id of a phase directory: the same for every attempt, resumed or not."""
+  return hashlib.blake2b(os.fspath(workdir_path(directory)).encode(), digest_size=8).hexdigest()
+
+
+def _wandb_run(directory: epath.Path, config: dict | None):
+  import wandb
+  name = f"{directory.parent.name}/{directory.name}"
+  # W&B keeps its own files locally: next to the phase on a local workdir, in a temporary
+  # directory for a URL one (the run's files there are W&B's copies, not the workdir's).
+  local = (os.fspath(directory) if not is_url(directory)
+           else tempfile.mkdtemp(prefix="spt_jax_wandb_"))
+  return wandb.init(project=_wandb_settings["project"], entity=_wandb_settings["entity"],
+                    mode=_wandb_settings["mode"], id=wandb_run_id(directory), resume="allow",
+                    name=name, group=directory.parent.name, dir=local, config=config,
+                    reinit="finish_previous")
+
+
 class MetricWriter:
 
-  def __init__(self, directory, *, resume_step: int = 0):
+  def __init__(self, directory, *, resume_step: int = 0, config: dict | None = None):
     self.enabled = jax.process_index() == 0
     self.directory = workdir_path(directory)
     self.path = os.fspath(self.directory / "metrics.jsonl")
@@ -107,12 +154,14 @@ class MetricWriter:
     # rewritten at every flush (each checkpoint) and at the end.
     self._remote = is_url(self.directory)
     self._lines: list[str] = []
-    self._tb = None
+    self._tb = self._wandb = None
     if not self.enabled:
       return
     self.directory.mkdir(parents=True, exist_ok=True)
     self._truncate_after(resume_step)
     self._tb = _summary_writer(self.directory / "tensorboard", purge_step=resume_step + 1)
+    if _wandb_settings is not None:
+      self._wandb = _wandb_run(self.directory, config)
 
   def _truncate_after(self, step: int) -> None:
     path = epath.Path(self.path)
@@ -149,6 +198,12 @@ class MetricWriter:
     if self._tb is not None:
       for k, v in metrics.items():
         self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
+    if self._wandb is not None:
+      values = {f"{split}/{k}": float(v) for k, v in metrics.items()}
+      if split == "test":  # the best checkpoint's, logged last at an earlier step
+        self._wandb.summary.update(values)
+      else:
+        self._wandb.log(values, step=int(step))
 
   def flush(self) -> None:
     if self.enabled and self._remote:
@@ -161,3 +216,6 @@ class MetricWriter:
       write_text(self.path, "".join(self._lines))
     if self._tb is not None:
       self._tb.close()
+    if self._wandb is not None:
+      self._wandb.finish()
+      self._wandb = None

@@ -535,7 +535,7 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
-  writer = MetricWriter(phase_dir, resume_step=setup.start)
+  writer = MetricWriter(phase_dir, resume_step=setup.start, config=config.to_dict())
   reporter = objective.reporter(cfg, steps, writer)
 
   def evaluate(params, split):
