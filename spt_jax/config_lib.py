@@ -36,6 +36,9 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
       bert_mix=False,               # mlm only: BERT's 80/10/10 replacement instead of always <mask>
       pixel_loss="l1",              # mlm on pixels: 'l1' (normalised value, R²) or 'ce' (256-way)
       batch_size=32,                # global batch, split over all devices
+      accumulate_steps=1,           # > 1: each step's batch goes through the model in this many
+                                    # micro-batches whose gradients are averaged (the same update,
+                                    # less activation memory); batch_size must divide into them
       eval_batch_size=0,            # 0: same as batch_size
       num_epochs=1.0,               # used when num_steps == 0
       num_steps=0,
@@ -207,6 +210,11 @@ def validate(config, device_count: int) -> None:
       if p[key] % device_count:
         raise ValueError(f"config.{name}.{key}={p[key]} must be divisible by the {device_count} "
                          f"devices the batch is split over.")
+    if not isinstance(p.accumulate_steps, int) or p.accumulate_steps < 1 or (
+        p.batch_size % (p.accumulate_steps * device_count)):
+      raise ValueError(f"config.{name}.accumulate_steps={p.accumulate_steps!r} must be a whole "
+                       f"number >= 1 that, times the {device_count} device(s), divides "
+                       f"config.{name}.batch_size={p.batch_size}.")
     source = p.init_from.source
     if source in names and names.index(source) >= names.index(name):
       raise ValueError(f"config.{name}.init_from.source={source!r} is a phase that runs after "

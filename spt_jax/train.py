@@ -106,9 +106,33 @@ def join_opt_state(objective, model_opt, objective_state):
   return {"model": model_opt, objective.state_key: objective_state}
 
 
-def make_steps(objective, tx, trainable, mesh):
+def accumulated_grads(objective, params, batch, rng, micro_batches: int):
+  """The objective's gradients and logged metrics for `batch`, computed over `micro_batches`
+  micro-batches (rows i, i + k, i + 2k, ... for micro-batch i: each device's rows stay on it) and
+  averaged; micro-batch i draws its randomness from fold_in(rng, i). Only activations of one
+  micro-batch are alive at a time. For a loss that is a mean over examples of equal weight (the
+  classification loss on full batches) the average is the whole batch's gradient; a masked loss
+  averages per-micro-batch means. Objectives with state of their own accumulate nothing."""
+  k = micro_batches
+  micro = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((x.shape[0] // k, k) + x.shape[1:]), 0, 1),
+                       batch)
+
+  def one(carry, xs):
+    i, mb = xs
+    grads, _, out, _ = objective.train_grads(params, None, mb, jax.random.fold_in(rng, i))
+    return jax.tree.map(jnp.add, carry, (grads, out)), None
+
+  zeros = jax.eval_shape(lambda: objective.train_grads(
+      params, None, jax.tree.map(lambda x: x[0], micro), rng)[::2])
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+  (grads, out), _ = jax.lax.scan(one, zeros, (jnp.arange(k), micro))
+  return jax.tree.map(lambda g: g / k, grads), jax.tree.map(lambda m: m / k, out)
+
+
+def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1):
   """Jitted train and eval steps, data-parallel: params replicated, batch split on the `data` axis.
-  train(state, batch, rng) → (state, metrics, the objective's per-step info or None)."""
+  train(state, batch, rng) → (state, metrics, the objective's per-step info or None). With
+  `accumulate_steps` > 1 the batch's gradients are accumulated over that many micro-batches."""
   replicated = NamedSharding(mesh, P())
   batch_sharded = NamedSharding(mesh, P("data"))
 
@@ -116,8 +140,12 @@ def make_steps(objective, tx, trainable, mesh):
     rng = jax.random.fold_in(rng, state.step)
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
     model_opt, objective_state = split_opt_state(objective, state.opt_state)
-    grads, objective_state, out, info = objective.train_grads(state.params, objective_state, batch,
-                                                              rng)
+    if accumulate_steps > 1:
+      grads, out = accumulated_grads(objective, state.params, batch, rng, accumulate_steps)
+      info = None
+    else:
+      grads, objective_state, out, info = objective.train_grads(state.params, objective_state,
+                                                                batch, rng)
     updates, model_opt = tx.update(grads, model_opt, state.params)
     params = optax.apply_updates(state.params, updates)
     # Frozen leaves have no say in the reported gradient norm (nor in clipping, see optim.py).
@@ -508,6 +536,10 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   steps = total_steps(cfg, num_train)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)
   selection = stopping.selection_metric(cfg, objective)
+  if cfg.accumulate_steps > 1 and objective.state_key is not None:
+    raise ValueError(f"config.{name}.accumulate_steps={cfg.accumulate_steps}: objective "
+                     f"{cfg.objective!r} updates state of its own every step (loss weights), "
+                     f"which micro-batches would not see; use accumulate_steps=1.")
   logging.info("[%s] %s, %d steps per epoch", name, cfg.objective,
                pipeline.steps_per_epoch(num_train, cfg.batch_size))
 
@@ -527,11 +559,12 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
       plateau=stopping.Plateau.of(cfg, selection))
 
   # ---------------------------------------------------------------- Steps
-  train_step, eval_step = make_steps(objective, setup.tx, setup.trainable, mesh)
+  train_step, eval_step = make_steps(objective, setup.tx, setup.trainable, mesh,
+                                     cfg.accumulate_steps)
   train_step = first_call_checks_memory(
       train_step, mesh, config, name,
       rebuild=lambda changed: make_steps(make_objective(changed, name, task), setup.tx,
-                                         setup.trainable, mesh)[0])
+                                         setup.trainable, mesh, changed[name].accumulate_steps)[0])
   batches = pipeline.train_batches(splits["train"], cfg.batch_size, seed=config.seed + 1,
                                    start_step=setup.start, process_index=jax.process_index(),
                                    process_count=jax.process_count())
