@@ -25,6 +25,7 @@ commit_success.txt, so a step directory counts only once Orbax calls it finalize
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -222,6 +223,24 @@ def _step_dirs(directory: str) -> list[int]:
                 if p.name.isdigit() and ocp.path.step.is_path_finalized(p))
 
 
+class DiskFullError(OSError):
+  """A checkpoint save that failed for want of space: nothing committed is lost."""
+
+
+def _is_disk_full(error: BaseException) -> bool:
+  """Whether `error`, or anything in its chain, is the OS saying the device is full (Orbax and
+  TensorStore pass it on as their own exceptions, with errno 28's text inside)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+      return True
+    if "No space left on device" in str(error) or "ENOSPC" in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 class PhaseCheckpoints:
   """The latest (resumable) and best (selected on validation) checkpoints of one phase."""
 
@@ -236,6 +255,23 @@ class PhaseCheckpoints:
 
   def _path(self, kind: str, step: int) -> str:
     return _join(self.directory, kind, step)
+
+  @contextlib.contextmanager
+  def _saving(self):
+    """A save (or the wait for one) that runs out of disk is one message that says what matters:
+    where, that the last committed checkpoint is intact, and that the same command resumes."""
+    try:
+      yield
+    except Exception as e:
+      if not _is_disk_full(e) or isinstance(e, DiskFullError):
+        raise
+      committed = self._latest.latest_step()
+      where = (f"step {committed}" if committed is not None
+               else "none yet (the phase starts again from its beginning)")
+      raise DiskFullError(
+          errno.ENOSPC, f"{self.directory}: no space left on the device while saving a "
+          f"checkpoint. Nothing was lost: the last committed checkpoint is "
+          f"{where}, and the same command resumes from it once space is freed.") from None
 
   # ---- latest: full training state
   def latest_steps(self) -> list[int]:
@@ -255,10 +291,11 @@ class PhaseCheckpoints:
     arrays = {"params": jax.tree.map(host_copy, params),
               "opt_state": jax.tree.map(host_copy, opt_state)}
     self._clear_stale(LATEST, step)
-    self._latest.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(arrays["params"]),
-        opt_state=ocp.args.StandardSave(arrays["opt_state"]), meta=ocp.args.JsonSave(meta),
-        checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
+    with self._saving():
+      self._latest.save(step, args=ocp.args.Composite(
+          params=ocp.args.StandardSave(arrays["params"]),
+          opt_state=ocp.args.StandardSave(arrays["opt_state"]), meta=ocp.args.JsonSave(meta),
+          checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
     self._best_named[step] = meta["best_step"]
     faults.point("latest_saving", step)
 
@@ -384,9 +421,10 @@ class PhaseCheckpoints:
     meta = {k: float(v) for k, v in metrics.items()}
     arrays = {"params": jax.tree.map(host_copy, params)}
     self._clear_stale(BEST, step)
-    self._best.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(arrays["params"]), meta=ocp.args.JsonSave(meta),
-        checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
+    with self._saving():
+      self._best.save(step, args=ocp.args.Composite(
+          params=ocp.args.StandardSave(arrays["params"]), meta=ocp.args.JsonSave(meta),
+          checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
     self._current_best = step
 
   def _prune_best(self) -> None:
@@ -408,9 +446,10 @@ class PhaseCheckpoints:
     if not self.has_init():
       self.wait()
       arrays = {"params": jax.tree.map(host_copy, params)}
-      self._init.save(0, args=ocp.args.Composite(
-          params=ocp.args.StandardSave(arrays["params"]), meta=ocp.args.JsonSave(meta),
-          checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
+      with self._saving():
+        self._init.save(0, args=ocp.args.Composite(
+            params=ocp.args.StandardSave(arrays["params"]), meta=ocp.args.JsonSave(meta),
+            checksums=ocp.args.JsonSave(_checksums(arrays, meta))), force=True)
 
   def existing(self) -> list[str]:
     """The best and init step directories (what a phase starting from step 0 sits next to)."""
@@ -421,8 +460,9 @@ class PhaseCheckpoints:
     return (self._latest, self._best, self._init)
 
   def wait_for_saves(self) -> None:
-    for m in self._managers():
-      m.wait_until_finished()
+    with self._saving():
+      for m in self._managers():
+        m.wait_until_finished()
 
   def wait(self) -> None:
     """Waits for every save in flight, then prunes the best checkpoints they made unnecessary."""
