@@ -39,3 +39,9 @@ def test_pr_counts_equal_directions_and_ensd_counts_shared_ones():
   assert representations.compare({"x": a, "y": b})["ensd"]["x|y"] >= 0
   with pytest.raises(ValueError, match="the same examples"):
     representations.ensd(a, a[:10])
+  # The feature-space variant (the MTL_FT code's): equal on one representation, another number on
+  # two that share directions of the examples but not features.
+  assert representations.ensd(a, a, space="features") == pytest.approx(4)
+  rotated = a @ rotation
+  assert representations.ensd(a, rotated) == pytest.approx(4)
+  assert representations.ensd(a, rotated, space="features") < 3.9

@@ -15,6 +15,12 @@ feature covariance C = XᵀX:
                representations spanning orthogonal directions of the examples share 0; X spanning k
                equal directions and Y m of the same kind, s of them shared, give s.
 
+The code that appears to accompany Anguita et al. (github.com/Nico31415/MTL_FT,
+`experiments/cifar/ensd.py`; not linked from the paper) computes the same product in feature space,
+tr(Ĉ_X Ĉ_Y) with C = XᵀX, on uncentred features: a different number (it needs the two
+representations to share their features, as one layer before and after fine-tuning does).
+`ensd(x, y, space="features", centre=False)` is that variant, for comparing with their numbers.
+
 Computed on the same fixed validation sample for two parameter sets of a phase, such as the loaded
 (init checkpoint) and the fine-tuned (best) parameters of a fine-tuning: a "pretraining-dependent
 rich" fine-tuning shows a lower PR after fine-tuning with a high ENSD to the loaded representation.
@@ -37,13 +43,27 @@ def participation_ratio(x) -> float:
   return float(np.trace(c) ** 2 / max(np.sum(c * c), 1e-300))
 
 
-def ensd(x, y) -> float:
-  """ENSD of features x [n, d] and y [n, d'] of the same n examples (centred here)."""
-  x, y = _centred(x), _centred(y)
+def ensd(x, y, *, space: str = "examples", centre: bool = True) -> float:
+  """ENSD of features x [n, d] and y [n, d'] of the same n examples (module docstring): over the
+  examples' Gram matrices (`space='examples'`, Giaffar et al.), or over the feature covariances
+  (`space='features'`, d = d', the MTL_FT code's variant); centred over the examples unless
+  `centre` is False."""
+  prepare = _centred if centre else (lambda a: np.asarray(a, np.float64).reshape(len(a), -1))
+  x, y = prepare(x), prepare(y)
   if len(x) != len(y):
     raise ValueError(f"ENSD compares the same examples: {len(x)} rows against {len(y)}.")
-  cx, cy, cross = x.T @ x, y.T @ y, x.T @ y
-  return float(np.trace(cx) * np.trace(cy) * np.sum(cross * cross)
+  cx, cy = x.T @ x, y.T @ y
+  if space == "examples":
+    cross = x.T @ y
+    shared = np.sum(cross * cross)          # tr(K_X K_Y) = ‖XᵀY‖²_F
+  elif space == "features":
+    if x.shape[1] != y.shape[1]:
+      raise ValueError(f"ENSD in feature space needs the same features: {x.shape[1]} against "
+                       f"{y.shape[1]}.")
+    shared = np.sum(cx * cy.T)              # tr(C_X C_Y)
+  else:
+    raise ValueError(f"space={space!r} must be 'examples' or 'features'.")
+  return float(np.trace(cx) * np.trace(cy) * shared
                / max(np.sum(cx * cx) * np.sum(cy * cy), 1e-300))
 
 
