@@ -21,11 +21,11 @@ def resolve_source(source: str, workdir: str, phase_names, *, key: str) -> str:
   """A phase name of this run means `<workdir>/<phase>`; anything else is a path."""
   if source in phase_names:
     return os.path.join(workdir, source)
-  path = os.path.expanduser(source)
-  if not os.path.exists(path):
+  path = metric_writers.workdir_path(source)  # a local path or a URL (another run on gs://)
+  if not path.exists():
     raise FileNotFoundError(f"{key}={source!r} is neither a phase of this run (phases: "
                             f"{','.join(phase_names)}) nor an existing checkpoint path.")
-  return path
+  return os.fspath(path)
 
 
 def _merge(params, loaded, init_cfg, params_dir: str):

@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from spt_jax import checkpoints, param_groups, tree
+from spt_jax.metric_writers import workdir_path
 
 DIFF_STATUSES = ("changed", "same", "only_in_a", "only_in_b", "shape_mismatch")
 
@@ -32,7 +33,7 @@ DIFF_STATUSES = ("changed", "same", "only_in_a", "only_in_b", "shape_mismatch")
 
 def load(path: str, checkpoint: str = checkpoints.BEST) -> dict:
   """Parameters of a phase, checkpoints, step or params item directory, as writable numpy arrays."""
-  params_dir = checkpoints.resolve_params_dir(os.path.expanduser(path), str(checkpoint))
+  params_dir = checkpoints.resolve_params_dir(os.fspath(workdir_path(path)), str(checkpoint))
   try:
     restored = checkpoints.restore_item(params_dir)
   except (FileNotFoundError, ValueError):
@@ -50,18 +51,19 @@ def save(params, path: str) -> str:
   `path` must not exist or be an empty directory; Orbax writes under a temporary name and renames,
   so an interrupted save leaves no item that `init_from` would accept.
   """
-  path = os.path.abspath(os.path.expanduser(path))
-  if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+  where = workdir_path(path)  # a local path made absolute, a URL (gs://) as it is
+  path = os.fspath(where)
+  if where.exists() and (not where.is_dir() or any(where.iterdir())):
     raise FileExistsError(f"Refusing to save parameters to {path}: it exists and is not an empty "
                           f"directory (choose a new path).")
   if not jax.tree.leaves(params):
     raise ValueError("Refusing to save an empty parameter tree.")
-  item_dir = os.path.join(path, "params")
+  item_dir = os.fspath(where / "params")
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(item_dir, params)
     ckptr.wait_until_finished()
   resolved = checkpoints.resolve_params_dir(path)
-  if os.path.abspath(resolved) != item_dir:
+  if os.fspath(workdir_path(resolved)) != item_dir:
     raise RuntimeError(f"Saved {item_dir}, but {path} resolves to {resolved}.")
   return item_dir
 

@@ -50,6 +50,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from spt_jax import config_lib, workdir_lock
+from spt_jax.metric_writers import is_url, read_json, workdir_path, write_json, write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
@@ -129,14 +130,13 @@ def _lookup(results: dict, dotted: str):
 
 def steps_to(run_dir: str, threshold: float, phase: str = "finetune"):
   """First step at which validation accuracy >= threshold (None if never)."""
-  path = os.path.join(run_dir, phase, "metrics.jsonl")
-  if not os.path.exists(path):
+  path = workdir_path(run_dir) / phase / "metrics.jsonl"
+  if not path.exists():
     return None
-  with open(path) as f:
-    for line in f:
-      record = json.loads(line)
-      if record.get("split") == "val" and record.get("accuracy", -1) >= threshold:
-        return record["step"]
+  for line in path.read_text().splitlines():
+    record = json.loads(line)
+    if record.get("split") == "val" and record.get("accuracy", -1) >= threshold:
+      return record["step"]
   return None
 
 
@@ -160,12 +160,19 @@ def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None) -> Non
     if key != "config":
       text = value if isinstance(value, str) else repr(value)
       args.append(f"--config.{key}={text}")
-  os.makedirs(run_dir, exist_ok=True)
-  # Appended, not rewritten: a resumed run's log keeps the attempts before it.
-  with open(os.path.join(run_dir, "log.txt"), "a") as log:
-    log.write(f"==== sweep attempt {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(args)}\n")
-    log.flush()
-    done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+  workdir_path(run_dir).mkdir(parents=True, exist_ok=True)
+  header = f"==== sweep attempt {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(args)}\n"
+  if not is_url(run_dir):
+    # Appended, not rewritten: a resumed run's log keeps the attempts before it.
+    with open(os.path.join(run_dir, "log.txt"), "a") as log:
+      log.write(header)
+      log.flush()
+      done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+  else:  # an object store has no append: the attempt's output joins the log once it ends
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                          text=True)
+    log = workdir_path(run_dir) / "log.txt"
+    write_text(log, (log.read_text() if log.exists() else "") + header + done.stdout)
   if done.returncode:
     raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
 
@@ -177,29 +184,25 @@ def references(overrides: dict) -> set[str]:
 
 def finished(run_dir: str, overrides: dict) -> bool:
   """Whether the run's results.json holds all its phases (it is rewritten after each phase)."""
-  path = os.path.join(run_dir, "results.json")
-  if not os.path.exists(path):
+  path = workdir_path(run_dir) / "results.json"
+  if not path.exists():
     return False
   phases = overrides.get("phases") or load_config(overrides["config"]).phases
-  with open(path) as f:
-    done = json.load(f)
+  done = read_json(path)
   return all(p.strip() in done for p in phases.split(",") if p.strip())
 
 
 def check_run_spec(run_dir: str, spec: dict) -> None:
   """Records the spec a run directory is started with; another spec there is an error."""
-  path = os.path.join(run_dir, RUN_SPEC)
+  path = workdir_path(run_dir) / RUN_SPEC
   spec = json.loads(json.dumps(spec))  # as it reads back: tuples (pattern overrides) become lists
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
+  if path.exists():
+    saved = read_json(path)
     if saved != spec:
       raise ValueError(f"{run_dir} holds a run started as {saved}, but this sweep names it with "
                        f"{spec}; give the run another name (nothing was changed).")
     return
-  os.makedirs(run_dir, exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(spec, f, indent=1, sort_keys=True)
+  write_json(path, spec)
 
 
 def _ready(pending: dict, busy, job) -> bool:
@@ -290,8 +293,8 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
       raise ValueError(f"{source}: run {name!r} starts from run {missing[0]!r}, which the sweep "
                        f"does not list; add it to runs.")
   def substitute(overrides, seed):
-    return {k: v.format(workdir=os.path.abspath(workdir), seed=seed) if isinstance(v, str) else v
-            for k, v in overrides.items()}
+    return {k: v.format(workdir=os.fspath(workdir_path(workdir)), seed=seed)
+            if isinstance(v, str) else v for k, v in overrides.items()}
   jobs = []
   for name, ov in runs:
     for seed in sweep.seeds:
@@ -300,8 +303,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
       jobs.append((name, overrides, seed, os.path.join(workdir, name, f"seed_{seed}"),
                    references(ov)))
   for name, overrides, seed, run_dir, _ in jobs:  # Before anything runs: a clash stops the sweep.
-    path = os.path.join(run_dir, RUN_SPEC)
-    if os.path.exists(path):
+    if (workdir_path(run_dir) / RUN_SPEC).exists():
       check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
   todo = [j for j in jobs if not finished(j[3], j[1])]
   logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
@@ -312,6 +314,10 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
     raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
   write_outputs(sweep, rows, os.path.join(workdir, sweep.output))
+  if is_url(workdir):  # the report module reads local files
+    logging.info("Sweep curves are not drawn for a URL workdir; `python scripts/sweep_curves.py` "
+                 "draws them from a local copy.")
+    return rows
   try:  # curves.png next to plot.png: every arm's learning curves, mean ± std over the seeds.
     from spt_jax.analysis import report
     report.sweep_curves(workdir, names, sweep.seeds,
@@ -327,8 +333,7 @@ def summarise(sweep, runs, workdir: str) -> list[dict]:
     per_seed = []
     for seed in sweep.seeds:
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
-      with open(os.path.join(run_dir, "results.json")) as f:
-        results = json.load(f)
+      results = read_json(workdir_path(run_dir) / "results.json")
       values = {m: _lookup(results, m) for m in sweep.metrics}
       if sweep.steps_to > 0:
         values["steps_to_val"] = steps_to(run_dir, sweep.steps_to)
@@ -360,6 +365,15 @@ def _fmt(mean, std):
 
 
 def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
+  """table.md, table.csv, results.json and plot.png into `workdir` (local, or a URL: drawn in a
+  temporary local directory, then copied there)."""
+  if is_url(workdir):
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="spt_jax_sweep_") as local:
+      write_outputs(sweep, rows, local)
+      for name in sorted(os.listdir(local)):
+        (workdir_path(workdir) / name).write_bytes(open(os.path.join(local, name), "rb").read())
+    return
   os.makedirs(workdir, exist_ok=True)
   keys = list(sweep.metrics) + (["steps_to_val"] if sweep.steps_to > 0 else [])
   if any(r.get(f"{COMPUTE}_mean") is not None for r in rows):
@@ -408,7 +422,7 @@ def main(argv):
   experiment.quiet_orbax_logging()
   rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source,
                    pin_cores=flags.FLAGS.pin_cores)
-  print(open(os.path.join(flags.FLAGS.workdir, sweep.output, "table.md")).read())
+  print((workdir_path(flags.FLAGS.workdir) / sweep.output / "table.md").read_text())
   del rows
 
 

@@ -271,3 +271,53 @@ def test_load_run_reads_a_url_workdir(gs_run):
       assert run.checkpoint_dir.startswith(f"{WORKDIR}/finetune/checkpoints/best/")
       assert run.evaluate("test") == results["finetune"]["test_of_best"]
   assert bucket.abspath_calls == []
+
+
+def _on_the_bucket(bucket):
+  """The patches that put gs://bkt on `bucket` for epath, Orbax and tensorboardX (as gs_run)."""
+  import contextlib
+  from orbax.checkpoint._src.path import gcs_utils
+  from tensorboardX import record_writer
+
+  def kvstore(path):
+    _, inside = gcs_utils.parse_gcs_path(path, add_trailing_slash=False)
+    return {"driver": "file", "path": os.path.join(bucket.root, inside)}
+  stack = contextlib.ExitStack()
+  stack.enter_context(epath_testing.mock_epath(**bucket.mocks()))
+  stack.enter_context(mock.patch.object(gcs_utils, "get_kvstore_for_gcs", kvstore))
+  stack.enter_context(mock.patch.object(gcs_utils, "is_hierarchical_namespace_enabled",
+                                        lambda path: False))
+  stack.enter_context(mock.patch.object(record_writer, "GCS_ENABLED", False))
+  return stack
+
+
+def test_a_sweep_and_surgery_on_a_bucket(tmp_path, cache_dir):
+  from spt_jax import config_lib, surgery, sweep
+  bucket = FakeBucket(str(tmp_path / "bucket"))
+  os.makedirs(bucket.root)
+  tiny_runs = ("pretrain.num_steps=3 finetune.num_steps=3 pretrain.eval_every_steps=3 "
+               "finetune.eval_every_steps=3 data.synthetic.num_train=32 data.synthetic.num_val=8 "
+               "data.synthetic.num_test=8 pretrain.batch_size=8 finetune.batch_size=8")
+  grid = config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=(0,), title="on a bucket",
+      runs=[f"spt: {tiny_runs}", f"from_spt: {tiny_runs} phases=finetune "
+            "finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain"])
+  root = f"{BUCKET}/sweep"
+  with _on_the_bucket(bucket):
+    rows = sweep.run_sweep(grid, root)
+    assert [r["run"] for r in rows] == ["spt", "from_spt"]
+    loaded = json.loads((metric_writers.workdir_path(root) / "from_spt/seed_0/finetune/"
+                         "init_from.json").read_text())
+    assert loaded["source"].startswith(f"{root}/spt/seed_0/pretrain")
+    assert sweep.run_sweep(grid, root) == rows  # finished runs are skipped
+    # Surgery round trip: load a phase's best parameters from the bucket, save an edit there.
+    params = surgery.load(f"{root}/spt/seed_0/pretrain")
+    saved = surgery.save(surgery.rescale(params, ["qk"], 0.5), f"{root}/edited")
+    assert saved == f"{root}/edited/params"
+    again = tree.flatten(surgery.load(f"{root}/edited"))
+    for path, value in tree.flatten(params).items():
+      factor = 0.5 if "/attention/query/" in path or "/attention/key/" in path else 1.0
+      np.testing.assert_allclose(again[path], value * factor, rtol=1e-6, err_msg=path)
+  for name in ("table.md", "table.csv", "results.json", "plot.png"):
+    assert os.path.getsize(bucket.local(f"{root}/{name}")) > 0
+  assert os.path.exists(bucket.local(f"{root}/spt/seed_0/run_spec.json"))
