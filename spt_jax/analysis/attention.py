@@ -165,20 +165,10 @@ def mean_by_grid_offset(values: np.ndarray, pairs: np.ndarray, grid_width: int):
 def _grid_figure(means, row_offsets, col_offsets, path: str, title: str) -> None:
   """One panel per head: a value by (Δrow, Δcolumn), the query's own pixel at the centre."""
   from spt_jax.analysis import plots  # Here, not at the top: training imports this module.
-  fig, axes = plots.plt.subplots(1, len(means), figsize=(3.4 * len(means), 3.2), squeeze=False)
-  extent = (col_offsets[0] - 0.5, col_offsets[-1] + 0.5, row_offsets[-1] + 0.5,
-            row_offsets[0] - 0.5)
-  for h, (ax, m) in enumerate(zip(axes[0], means)):
-    lim = np.nanmax(np.abs(m)) or 1.0
-    im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim, extent=extent)
-    ax.set_title(f"head {h}", fontsize=9)
-    ax.set_xlabel("Δcolumn (query − key)", fontsize=8)
-    ax.set_ylabel("Δrow (query − key)", fontsize=8)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plots.plt.close(fig)
+  plots.heatmaps(means, path, title, symmetric=True, xlabel="Δcolumn (query − key)",
+                 ylabel="Δrow (query − key)",
+                 extent=(col_offsets[0] - 0.5, col_offsets[-1] + 0.5, row_offsets[-1] + 0.5,
+                         row_offsets[0] - 0.5))
 
 
 def grid_position_figures(model, params, tokens, mask, grid_width: int, out: str,

@@ -10,20 +10,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def heatmaps(maps: np.ndarray, path: str, title: str, *, labels=None, symmetric=False) -> None:
-  """A row of heatmaps, one per leading index of `maps` [N, L, L]."""
+def heatmaps(maps: np.ndarray, path: str, title: str, *, labels=None, symmetric=False,
+             xlabel: str = "key position", ylabel: str = "query position", extent=None) -> None:
+  """A row of heatmaps, one per leading index of `maps` [N, a, b] (NaN cells blank); `extent` as
+  matplotlib's imshow takes it, for axes in other units than indices."""
   n = maps.shape[0]
   fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.2), squeeze=False)
   for idx, ax in enumerate(axes[0]):
     m = maps[idx]
     if symmetric:
-      lim = np.abs(m).max() or 1.0
-      im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim)
+      lim = np.nanmax(np.abs(m)) or 1.0
+      im = ax.imshow(m, cmap="RdBu_r", vmin=-lim, vmax=lim, extent=extent)
     else:
-      im = ax.imshow(m, cmap="viridis")
+      im = ax.imshow(m, cmap="viridis", extent=extent)
     ax.set_title(labels[idx] if labels else f"head {idx}", fontsize=9)
-    ax.set_xlabel("key position", fontsize=8)
-    ax.set_ylabel("query position", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.046)
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
