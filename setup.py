@@ -10,6 +10,7 @@ setup(
     packages=find_packages(include=["spt_jax", "spt_jax.*"]),
     # jax 0.10 needs Python >= 3.11 (TPU VM images ship 3.10: launch/tpu_pod.sh setup installs one).
     python_requires=">=3.11",
+    license="Apache-2.0",
     install_requires=[
         "jax>=0.10",
         "flax>=0.12",
