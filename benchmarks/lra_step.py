@@ -6,7 +6,8 @@ Builds the step exactly as main.py's trainer does (configs/listops_spt.py, the c
 in ~/.cache/spt_jax, one device, the retained heap of spt_jax/host_memory.py and its release), prints
 XLA's memory analysis of the compiled step, then times `--steps` steps after one untimed one, each
 waited for, and the process's peak resident memory. `--steps=0` compiles only: no memory beyond the
-compiler's is needed, so this also reports steps that would not fit (benchmarks/README.md, issue 21).
+compiler's is needed, so this also reports steps that would not fit (benchmarks/README.md,
+"LRA-size ListOps on 2 CPU cores").
 """
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def cpu_device_count(batch_sizes, cores: int) -> int:
 
 
 # What opting in to several CPU devices risks, in main.py's help text and in the warning logged when
-# a run does (benchmarks/README.md, "CPU default under load (issue 15)").
+# a run does (benchmarks/README.md, "CPU default under load").
 OPT_IN_RISK = (
     "per-core CPU devices run the data-parallel step with an in-process all-reduce that XLA aborts "
     "after 40 s of waiting (rendezvous.cc: 'Termination timeout for all reduce ... Exiting to ensure "
@@ -296,7 +296,7 @@ CUDA_BACKENDS = ("cuda", "gpu")
 
 # attention='auto' on the CPU backend: blockwise attention's forward + backward beats dense from
 # L=512 on, block 128 best or tied; XLA's dense attention on CPU makes several passes over the L×L
-# scores (benchmarks/README.md, History, "Attention").
+# scores (benchmarks/README.md, "Findings behind the code's choices", "Attention").
 AUTO_CPU_MIN_LENGTH = 512
 AUTO_CPU_BLOCK = 128
 

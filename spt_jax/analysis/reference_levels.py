@@ -40,7 +40,7 @@ LEVELS_FILE = "reference_levels.json"
 # (level name, neighbour offsets it conditions on); each backs off to the one before it.
 CONTEXTS = (("frequencies", ()), ("neighbours ±1", (-1, 1)), ("neighbours ±2", (-2, -1, 1, 2)))
 _CHUNK = 16_384  # eval positions scored at once ([chunk, vocabulary] probabilities)
-HELD_OUT = 50_000  # held-out training positions that weigh each level against the one before
+HELD_OUT = 20_000  # held-out training positions that weigh each level against the one before
 WEIGHTS = tuple(np.linspace(0.0, 1.0, 11))  # the weights tried
 
 
@@ -134,13 +134,15 @@ def levels(objective, splits, *, eval_batch_size: int, eval_rng, vocab: int,
     return weight * smoothed + (1 - weight) * p_smaller
 
   weights, p_held = [], np.full((len(held_targets), vocab), 1.0 / vocab)
+  at_target = (np.arange(len(held_targets)), held_targets)
   for (_, offs), count in zip(contexts, counts):
-    context_keys = keys(fit_view, held_rows, held_cols, offs)
-    options = [level(count, p_held, context_keys, w) for w in WEIGHTS]
-    held_loss = [-np.log(p[np.arange(len(held_targets)), held_targets]).mean() for p in options]
-    best = int(np.argmin(held_loss))
-    weights.append(WEIGHTS[best])
-    p_held = options[best]
+    smoothed = level(count, p_held, keys(fit_view, held_rows, held_cols, offs), 1.0)
+    # Each weight's held-out loss needs only the targets' probabilities.
+    held_loss = [-np.log(w * smoothed[at_target] + (1 - w) * p_held[at_target]).mean()
+                 for w in WEIGHTS]
+    weight = WEIGHTS[int(np.argmin(held_loss))]
+    weights.append(weight)
+    p_held = weight * smoothed + (1 - weight) * p_held
   out = {}
   losses = {name: 0.0 for name, _ in contexts}
   correct = {name: 0.0 for name, _ in contexts}
