@@ -23,7 +23,7 @@ Variants (combine `count` with one of the others, e.g. `count,cpu`):
 """
 from spt_jax import config_lib
 
-COUNT_MARKERS = 5  # issue 18's count task
+COUNT_MARKERS = 5  # the count task of docs/grap.md
 
 
 def get_config(arg=None, weighting="grap"):

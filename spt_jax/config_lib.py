@@ -108,7 +108,7 @@ def composite_phase_config(**overrides) -> ml_collections.ConfigDict:
       ema=0.9,                      # EMA of the gradient norms and of the cosine statistics
       warmup_updates=10,            # plain average of the statistics over the first updates
       label_fraction=1.0))          # downstream labels come from the first fraction of train only
-  # Issue 18: GraP as its authors run it (spt_jax/grap.py, spt_jax/objectives/composite.py).
+  # GraP as its authors run it (spt_jax/grap.py, spt_jax/objectives/composite.py).
   c.grap.update(dict(
       parametrisation="sgd",        # 'sgd' (the reference's default): logits weigh the raw losses,
                                     # start = their plain sum; 'scaled-sgd': EMA-normalised gradients

@@ -1,4 +1,4 @@
-"""benchmarks/cpu_default_stress.py, tiny (issue 15): one short main.py run in the default CPU mode
+"""benchmarks/cpu_default_stress.py, tiny: one short main.py run in the default CPU mode
 under one competing busy process; the summary line and JSON must come out, and the default must be
 one device. The 40-run figures belong to the script's own runs (benchmarks/README.md)."""
 import json

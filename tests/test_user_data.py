@@ -1,4 +1,4 @@
-"""A data_dir the user named is only ever read: generation goes to cache_dir alone (issue 15).
+"""A data_dir the user named is only ever read: generation goes to cache_dir alone.
 
 Every case hashes each file under the user's directory before and after, and compares the listing
 (directories included), so a rewritten, removed or new file, even a temporary one, is caught.

@@ -14,7 +14,7 @@ mean-pooled classifier can only do through its query-key attention.
 Count variant (`count_markers` = m > 0, odd; absent or 0 = the adjacency task above, generated bit for
 bit as before): m markers, each `A` or `B`, at distinct random positions; label 1 when `A`s are the
 majority. A bag of tokens reads this label, so a probe on mean-pooled features can too: the setting in
-which GraP's downstream gradient carries a signal (issue 18). Labels are balanced as above; given the
+which GraP's downstream gradient carries a signal (docs/grap.md). Labels are balanced as above; given the
 label, the number of `A`s is Binomial(m, 1/2) restricted to that side of m/2 (i.i.d. fair markers
 conditioned on the majority).
 """

@@ -7,7 +7,7 @@ from spt_jax.data.base import Task, TaskData
 
 TASKS: dict[str, Task] = {t.name: t for t in (listops.TASK, synthetic.TASK, text.TASK,
                                               retrieval.TASK, image.TASK, pathfinder.TASK)}
-# GraP's toy event sequences (issue 18).
+# GraP's toy event sequences (docs/grap.md).
 TASKS[markov_events.TASK.name] = markov_events.TASK
 
 __all__ = ["TASKS", "Task", "TaskData", "get", "load", "signature"]
