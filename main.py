@@ -18,11 +18,10 @@ flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results.jso
 flags.DEFINE_integer("cpu_devices", 1, "On the CPU backend, how many devices the host is split into "
                      "for the data-parallel step. 1, the default: one device, XLA's own "
                      "multithreading, no cross-device collective to time out under load. -1 (one per "
-                     "core, as far as the batch sizes divide) or N: opt-in, 1.2-1.6x faster on 2 idle "
-                     "cores, but XLA aborts the run when the devices' in-process all-reduce waits "
-                     "over 40 s, which happened to 6 of 10 runs beside 3 busy processes "
-                     "(benchmarks/README.md); logged as a warning. A resumed run must use the same "
-                     "count to be bit-identical (spt_jax/platform.py).")
+                     "core, as far as the batch sizes divide) or N: opt-in, faster on idle cores, but "
+                     "XLA aborts the run when the devices' in-process all-reduce waits over 40 s, "
+                     "which a busy machine can cause (benchmarks/README.md); logged as a warning. A "
+                     "resumed run must use the same count to be bit-identical (spt_jax/platform.py).")
 flags.DEFINE_string("cores", "", "CPU cores this run may use, e.g. '0', '0,1' or '2-3' (Linux): the "
                     "process is confined to them and XLA sizes its thread pools to match, so that "
                     "runs sharing a machine each keep cores of their own ('': all; the sweep "
@@ -37,8 +36,8 @@ flags.DEFINE_string("wandb_entity", "", "The W&B entity (team or user); '': W&B'
 flags.DEFINE_enum("wandb_mode", "online", ["online", "offline"], "offline: W&B writes locally, "
                   "for `wandb sync` later.")
 flags.DEFINE_bool("retain_freed_memory", True, "Keep freed host memory in the process (glibc malloc "
-                  "settings, spt_jax/host_memory.py): on the CPU backend 10-20% faster steps, for "
-                  "up to ~5x the step's temporaries in resident memory (given back automatically "
+                  "settings, spt_jax/host_memory.py): on the CPU backend faster steps, for a few "
+                  "times the step's temporaries in resident memory (given back automatically "
                   "when that would exceed half the available memory).")
 flags.mark_flags_as_required(["config", "workdir"])
 

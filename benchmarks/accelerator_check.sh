@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one check of spt-jax on a GPU or TPU machine, in at most 8 minutes (issue 19):
+# The one check of spt-jax on a GPU or TPU machine, in at most 8 minutes:
 #
 #   benchmarks/accelerator_check.sh --out=DIR                    # platform detected (nvidia-smi, /dev/accel*)
 #   benchmarks/accelerator_check.sh --platform=cuda --out=DIR    # or tpu

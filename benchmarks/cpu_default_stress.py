@@ -4,7 +4,7 @@ r"""Runs main.py again and again while other processes load the CPU: does a run 
   python benchmarks/cpu_default_stress.py --runs 10 --load 3 --cpu-devices -1 --out /tmp/stress_percore.json
   python benchmarks/cpu_default_stress.py --runs 1 --load 1 --config.finetune.num_steps=10 --out s.json
 
-Issue 15: with per-core CPU devices a configs/synthetic_scratch.py run aborted at step ~800 while the
+With per-core CPU devices a configs/synthetic_scratch.py run aborted at step ~800 while the
 machine was busy (XLA's 40 s all-reduce termination timeout). This script starts `--load` competing
 processes (each a single-threaded numpy matmul loop, one busy core apiece), then runs `--runs`
 consecutive `python main.py --config=<--config> --workdir=<fresh temp dir>`, each killed as a hang if

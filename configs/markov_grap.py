@@ -10,7 +10,7 @@ fine-tuning: the event-sequence setting of GraP's paper, where the label is read
 
 Data, model, optimiser, the 2,500 pretraining steps and the fine-tuning are configs/markov_spt.py's;
 the pretraining phase is objective 'composite' (spt_jax/objectives/composite.py) with the heads mlm,
-span and the useless random-target loss (issue 18's redundancy test), weighted by GraP with its
+span and the useless random-target loss (the redundancy test of docs/grap.md), weighted by GraP with its
 defaults (the 'sgd' parametrisation, a pooled linear probe with its own Adam). `get_config(arg,
 weighting=...)` gives the same run under another weighting (configs/sweeps/grap_compare.py). The
 fine-tune loads the encoder and leaves every `pretrain_heads/` parameter behind.

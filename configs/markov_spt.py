@@ -9,7 +9,7 @@ preset (10 classes), 8,000 / 1,000 / 1,000 sequences. Model: the authors' toy Tr
 (d_model 64, 4 heads, FF 256) at 2 layers instead of their 4, for CPU sweeps; mean pooling,
 sinusoidal positions. Optimiser: AdamW lr 1e-3 as their Adam, a 100-step warmup (theirs has none; a
 short one keeps the first Adam steps of a fresh model small). SPT: 15% masking, 2,500 steps (10
-epochs at batch 32, issue 18's budget); fine-tuning: 1,500 steps at lr 5e-4 from the best SPT
+epochs at batch 32, the GraP study's budget); fine-tuning: 1,500 steps at lr 5e-4 from the best SPT
 checkpoint (the synthetic task's fine-tuning learning rate).
 """
 from spt_jax import config_lib

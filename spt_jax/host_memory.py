@@ -1,21 +1,17 @@
 """Keeps freed host memory in the process, so XLA:CPU's per-step temporaries stop page-faulting.
 
-XLA:CPU allocates an executable's temporaries as one block (122 MB for the benchmark's L=512 step at
-batch 4, 279 MB at batch 8, one device) with malloc when a step starts, and frees it when the step
-ends. glibc serves a block that large with a fresh mmap (it is above the highest mmap threshold
-glibc accepts, 32 MB, and no per-thread arena can hold it) and unmaps it on free. So every step
-page-faulted its whole temporary block back in, the kernel zeroing each page: 31,000 faults per step
-on one core, 62,000 on two per-core devices, 15-20% of the step (benchmarks/README.md). One malloc
-arena with mmap and trimming off serves the block from the heap instead, where the next step finds
-it again.
+XLA:CPU allocates an executable's temporaries as one block with malloc when a step starts, and
+frees it when the step ends. glibc serves a block that large with a fresh mmap (it is above the
+highest mmap threshold glibc accepts, 32 MB, and no per-thread arena can hold it) and unmaps it on
+free. So every step page-faults its whole temporary block back in, the kernel zeroing each page: a
+sizeable share of a CPU step (measured in benchmarks/README.md). One malloc arena with mmap and
+trimming off serves the block from the heap instead, where the next step finds it again.
 
 The cost is resident memory. The heap keeps what it grew to, and it grows past one temporary block
 per device: blocks of overlapping steps (asynchronous dispatch) and small allocations that land in a
-freed block's space make it keep several. Measured, steady after ~40 steps: +0.5-0.7 GB for the
-benchmark's cpu shape at batch 8 (130 MB of temporaries per device on two per-core devices, or
-279 MB on one), +2 GB for a 512 MB temporary under asynchronous dispatch, about one block under
-synchronous dispatch. `release_if_too_costly` therefore puts glibc's defaults back when a step's
-temporaries are large next to the memory available (the trainer checks after compiling the step).
+freed block's space make it keep several (about one block under synchronous dispatch).
+`release_if_too_costly` therefore puts glibc's defaults back when a step's temporaries are large
+next to the memory available (the trainer checks after compiling the step).
 Threads share one arena, which XLA's few large allocations per step do not contend for.
 
 Only the CPU backend's step temporaries live in host memory: on a GPU or TPU host they are device

@@ -7,7 +7,7 @@ SPT), over seeds: the documented negative result (docs/grap.md), where a pooled 
 Runs: `grap` (configs/synthetic_grap.py), `uniform` (configs/synthetic_uniform.py: weighting
 'raw_sum', the plain sum of the losses), both composite (mlm, span, contrastive, random) pretraining
 then the same fine-tuning; `spt` is plain masked-token SPT (configs/synthetic_spt.py) for reference.
-Issue 18's sweeps on tasks whose label a probe can read: configs/sweeps/grap_redundancy.py and
+The GraP sweeps on tasks whose label a probe can read: configs/sweeps/grap_redundancy.py and
 configs/sweeps/grap_compare.py. `cpu` uses each config's cpu variant (5 pretraining
 epochs, 1500 fine-tuning steps). Metric: fine-tune test accuracy of the best validation checkpoint.
 """

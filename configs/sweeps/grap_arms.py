@@ -1,4 +1,4 @@
-r"""The run configs of issue 18's GraP sweeps: a task's GraP config with a loss set and, optionally,
+r"""The run configs of the GraP sweeps: a task's GraP config with a loss set and, optionally,
 fixed weights, both named in the variant.
 
   python main.py --config=configs/sweeps/grap_arms.py:markov,mscr --workdir=W

@@ -1,4 +1,4 @@
-r"""Issue 18, acceptance 3 and 4: GraP against the baselines and a random weight search, at equal
+r"""GraP against the baselines and a random weight search, at equal
 fine-tune budget, and GraP's label-leakage ablation. Three stages per task (`count` or `markov`),
 all in the task's ONE workdir so that stages share runs (the sweep runner's run_spec.json keeps
 that safe); the two tasks need two workdirs, as their runs have the same names (the runner refuses
@@ -136,4 +136,4 @@ def get_config(arg=None):
   return sweep_config(base=f"{ARMS}:{task},mscr", runs=[f"{n}: {arms[n]}" for n in names],
                       seeds=seeds, metrics=METRICS, steps_to=STEPS_TO[task],
                       output=f"{task}_{stage}",
-                      title=f"GraP issue 18 ({task}, {stage}): fine-tune test accuracy")
+                      title=f"GraP ({task}, {stage}): fine-tune test accuracy")

@@ -1,4 +1,4 @@
-r"""Issue 18, acceptance 2: does GraP drive a redundant loss down where its probe can read the label?
+r"""Does GraP drive a redundant loss down where its probe can read the label?
 
   python -m spt_jax.sweep --config=configs/sweeps/grap_redundancy.py --workdir=runs/grap_redundancy
   python -m spt_jax.sweep --config=configs/sweeps/grap_redundancy.py:methods --workdir=runs/grap_redundancy

@@ -1,4 +1,4 @@
-r"""Issue 16's synthetic comparison: masked vs causal SPT vs from scratch, and sinusoidal vs RoPE vs
+r"""The synthetic comparison: masked vs causal SPT vs from scratch, and sinusoidal vs RoPE vs
 ALiBi positions (SPT and scratch), 3 seeds, fine-tune steps to 90% validation and test accuracy.
 
   python -m spt_jax.sweep --config=configs/sweeps/objectives_positions.py --workdir=runs/obj_pos \

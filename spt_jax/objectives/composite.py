@@ -16,7 +16,7 @@ the sequence ('token_mlp', pretpp's downstream head without its batch norm). It 
 labelled examples only, on its own loss, and supplies the downstream gradient; it never reaches the
 encoder. With `grap.probe_optimizer='own'` (default) its parameters and its own Adam (`grap.probe_lr`,
 constant, no warmup) are in the objective's state; with 'shared' it is the parameter
-`pretrain_heads/grap_probe` under the phase's AdamW and schedule (spt-jax before issue 18; the mode
+`pretrain_heads/grap_probe` under the phase's AdamW and schedule (the earlier design, and the mode
 spt_jax.analysis.grap_alignment reads). Alignment in z needs the downstream gradient on the same z, so
 the labelled examples are those of the current batch whose index lies in the first
 `grap.label_fraction` of the training set (labels of the others are never read; a batch without any
@@ -606,8 +606,8 @@ def grap_report(losses, rows: list[dict], probe_accuracy: float | None, chance: 
   """results.json's `grap`: the precondition (the probe's validation accuracy against chance +
   PRECONDITION_MARGIN) and, when it holds, the weight verdict: each loss's normalised weight as the
   median over the last quarter of the 'weights' rows, relative to the largest; whether the useless
-  losses (USELESS) are below 5% of it and every other loss keeps at least 30% (issue 18's
-  redundancy test)."""
+  losses (USELESS) are below 5% of it and every other loss keeps at least 30% (the
+  redundancy test of docs/grap.md)."""
   steps = [r["step"] for r in rows]
   tail = [r for r in rows if r["step"] > 0.75 * max(steps)] if rows else []
   median = {n: float(np.median([r[n] for r in tail])) for n in losses} if tail else {}
