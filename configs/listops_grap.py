@@ -22,7 +22,8 @@ _CARRIED = ("mask_rate", "learning_rate", "num_epochs", "warmup_steps", "weight_
 def get_config(arg=None):
   # configs/listops_spt.py is the single source of truth; only the pretraining objective differs.
   config = sweep.load_config("configs/listops_spt.py")
-  config.pretrain = config_lib.composite_phase_config(**{k: config.pretrain[k] for k in _CARRIED})
+  config.pretrain = config_lib.phase_config("composite",
+                                           **{k: config.pretrain[k] for k in _CARRIED})
   config.pretrain.composite.update(losses=("mlm", "span", "random"), weighting="grap")
   config.finetune.init_from.exclude = ("pretrain_heads/.*",)
   config_lib.apply_variant(config, arg, __file__)

@@ -24,7 +24,8 @@ _CARRIED = ("mask_rate", "learning_rate", "num_steps", "warmup_steps", "eval_eve
 
 def get_config(arg=None, weighting="grap"):
   config = config_lib.load_config("configs/markov_spt.py")
-  config.pretrain = config_lib.composite_phase_config(**{k: config.pretrain[k] for k in _CARRIED})
+  config.pretrain = config_lib.phase_config("composite",
+                                           **{k: config.pretrain[k] for k in _CARRIED})
   config.pretrain.composite.update(losses=("mlm", "span", "random"), weighting=weighting)
   config.finetune.init_from.exclude = ("pretrain_heads/.*",)
   config_lib.apply_variant(config, arg, __file__)

@@ -15,6 +15,6 @@ from spt_jax import config_lib
 
 def get_config(arg=None):
   config = config_lib.load_config("configs/pathfinder_spt.py" + (f":{arg}" if arg else ""))
-  config.pretrain.objective = "clm"
+  config.pretrain = config_lib.switch_objective(config.pretrain, "clm")
   config.model.update(causal=True, pooling="last")
   return config

@@ -14,5 +14,5 @@ from spt_jax import config_lib
 
 def get_config(arg=None):
   config = config_lib.load_config("configs/synthetic_spt.py" + (f":{arg}" if arg else ""))
-  config.pretrain.objective = "clm"
+  config.pretrain = config_lib.switch_objective(config.pretrain, "clm")
   return config

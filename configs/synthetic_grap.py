@@ -36,8 +36,8 @@ def get_config(arg=None, weighting="grap"):
   config.data = (config_lib.data_config("synthetic", count_markers=COUNT_MARKERS)
                  if "count" in variants else config_lib.data_config("synthetic"))
   config.model = config_lib.transformer_config(num_layers=1, d_model=64, num_heads=4, d_ff=128)
-  config.pretrain = config_lib.composite_phase_config(
-      learning_rate=1e-3, num_epochs=10.0, warmup_steps=250, eval_every_steps=250,
+  config.pretrain = config_lib.phase_config(
+      "composite", learning_rate=1e-3, num_epochs=10.0, warmup_steps=250, eval_every_steps=250,
       checkpoint_every_steps=500)
   config.pretrain.composite.update(losses=("mlm", "span", "contrastive", "random"),
                                    weighting=weighting)

@@ -53,8 +53,6 @@ def _used(task: str, config, key: str, phase: str | None = None) -> bool:
   leaf = key.split(".")[-1]
   if phase is not None:
     p = config[phase]
-    if leaf in ("mask_rate", "bert_mix", "pixel_loss") and p.objective != "mlm":
-      return False
     if (leaf == "pixel_loss") != (task in _PIXEL_TASKS) and leaf in ("pixel_loss", "bert_mix"):
       return False
     if key.startswith("init_from.") and (phase == "pretrain" or not p.init_from.source):
@@ -114,11 +112,13 @@ def task_section(task: str) -> list[str]:
         lines.append(f"| {full} | {NOT_USED} | |")
   lines += ["", "| phase setting | SPT pretraining | fine-tuning | source |", "|---|---|---|---|"]
   pretrain, finetune = dict(_flat(spt.pretrain.to_dict())), dict(_flat(spt.finetune.to_dict()))
-  for key in finetune:
+  # A phase has the shared fields plus its objective's own: rows for the union, in pretraining order.
+  for key in list(pretrain) + [k for k in finetune if k not in pretrain]:
     if key.split(".")[-1] in _SKIPPED or key.split(".")[0] in _SKIPPED:
       continue
-    used = [_used(task, spt, key, p) for p in PHASES]
-    values = [_fmt(v) if u else NOT_USED for v, u in zip((pretrain[key], finetune[key]), used)]
+    flat = (pretrain, finetune)
+    used = [key in f and _used(task, spt, key, p) for f, p in zip(flat, PHASES)]
+    values = [_fmt(f[key]) if u else NOT_USED for f, u in zip(flat, used)]
     cells = [_cell(lra_table.source(task, f"{p}.{key}")) if u else ""
              for p, u in zip(PHASES, used)]
     if not any(used):

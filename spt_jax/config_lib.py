@@ -5,6 +5,7 @@ the command line (`--config.modle.d_model=...`) or in code is an error instead o
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import os
@@ -14,7 +15,6 @@ import ml_collections
 from spt_jax import checkpoints, objectives, optim
 from spt_jax.data import tasks
 from spt_jax.models import transformer
-from spt_jax.objectives import composite
 
 
 def transformer_config(**overrides) -> ml_collections.ConfigDict:
@@ -26,15 +26,12 @@ def transformer_config(**overrides) -> ml_collections.ConfigDict:
 
 
 def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
-  """One training phase (pretraining or fine-tuning)."""
+  """One training phase (pretraining or fine-tuning): the fields every phase has, plus the
+  objective's own (`config_fields` of its class in spt_jax/objectives/)."""
   c = ml_collections.ConfigDict(dict(
-      objective=objective,          # a name in spt_jax.objectives: mlm (SPT), classification, composite (several SPT
-                                    # heads, weighted; use composite_phase_config for its fields)
+      objective=objective,          # a name in spt_jax.objectives (its module docstring lists them)
       data="",                      # '' = config.data; else the name of another top-level data section
                                     # (cross-task SPT, e.g. pretrain on 'pretrain_data')
-      mask_rate=0.1,                # mlm only: probability that a real token (or pixel) is masked
-      bert_mix=False,               # mlm only: BERT's 80/10/10 replacement instead of always <mask>
-      pixel_loss="l1",              # mlm on pixels: 'l1' (normalised value, R²) or 'ce' (256-way)
       batch_size=32,                # global batch, split over all devices
       accumulate_steps=1,           # > 1: each step's batch goes through the model in this many
                                     # micro-batches whose gradients are averaged (the same update,
@@ -82,44 +79,20 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
           rescale=1.0,              # != 1: multiply rescale_paths by this (relative layer scale)
           rescale_paths=())),
   ))
+  c.update(objectives.get(objective).config_fields())
   c.update(overrides)
   return c
 
 
-def composite_phase_config(**overrides) -> ml_collections.ConfigDict:
-  """A phase with objective 'composite' (spt_jax/objectives/composite.py): the common phase fields plus
-  `composite` and `grap`."""
-  c = phase_config("composite", mask_rate=0.15)
-  c.composite = ml_collections.ConfigDict(dict(
-      losses=composite.LOSSES,      # subset of composite.LOSSES, in the order weights are reported
-      weighting="grap",             # one of grap.WEIGHTINGS
-      fixed_weights=(),             # weighting='fixed': one weight per loss
-      span_length=3.0,              # span: mean span length (geometric)
-      span_rate=0.15,               # span: expected fraction of tokens inside spans
-      temperature=0.1,              # contrastive: InfoNCE temperature
-      projection_dim=0,             # contrastive: projection width; 0 = d_model
-      random_classes=16,            # random: number of random target classes
-      random_seed=0,                # random: the fixed seed of the targets
-      log_weights_every=10,         # steps between rows of split 'weights' in metrics.jsonl
-      gradnorm_alpha=1.5,           # weighting='gradnorm': asymmetry α
-      gradnorm_lr=0.025))           # weighting='gradnorm': Adam step on the weights
-  c.grap = ml_collections.ConfigDict(dict(
-      logit_lr=0.01, b1=0.0, b2=0.99,  # the logits' own Adam
-      ema=0.9,                      # EMA of the gradient norms and of the cosine statistics
-      warmup_updates=10,            # plain average of the statistics over the first updates
-      label_fraction=1.0))          # downstream labels come from the first fraction of train only
-  # GraP as its authors run it (spt_jax/grap.py, spt_jax/objectives/composite.py).
-  c.grap.update(dict(
-      parametrisation="sgd",        # 'sgd' (the reference's default): logits weigh the raw losses,
-                                    # start = their plain sum; 'scaled-sgd': EMA-normalised gradients
-      delay_steps=0,                # logits frozen for the first steps (statistics still accumulate)
-      probe="pooled_linear",        # the downstream probe: 'pooled_linear' or 'token_mlp' (pretpp's)
-      probe_hidden=128,             # probe='token_mlp': hidden width
-      probe_optimizer="own",        # 'own': its own Adam at probe_lr, no warmup, in the objective
-                                    # state; 'shared': a parameter under the phase's AdamW + schedule
-      probe_lr=1e-2))               # 'own': constant lr (docs/grap.md: measured against 1e-3 .. 1e-1)
-  c.update(overrides)
-  return c
+def switch_objective(phase, objective: str) -> ml_collections.ConfigDict:
+  """`phase` with another objective: its shared fields (and any field both objectives have, e.g.
+  pixel_loss) carried over, the new objective's other fields at their defaults, the old objective's
+  own fields gone."""
+  new = phase_config(objective)
+  for key in new:
+    if key != "objective" and key in phase:
+      new[key] = copy.deepcopy(phase[key])
+  return new
 
 
 def _one_of(value, allowed, key):

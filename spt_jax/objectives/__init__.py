@@ -2,11 +2,14 @@
 
 Each objective is one class in one module of this package, registered with `@register`; the modules
 are found by listing the package, so a new objective is a new file and nothing else here changes.
-An objective owns its model and heads, its loss and metrics, its selection metric, the checks of its
-own config fields and how a batch becomes gradients (spt_jax/objectives/base.py: the contract the
+An objective owns its config fields (`config_fields`: a phase is the shared fields plus its
+objective's), its model and heads, its loss and metrics, its selection metric, the checks of those
+fields and how a batch becomes gradients (spt_jax/objectives/base.py: the contract the
 trainer, spt_jax/train.py, relies on).
 
   mlm             masked-token (or masked-pixel) prediction: Amos et al.'s SPT (masked.py)
+  span            masked-token prediction of contiguous spans (span.py)
+  clm             next-token (or next-pixel) prediction, causal attention (causal.py)
   classification  the supervised phase: pooled class logits (classification.py)
   composite       several pretraining heads on one encoder, weighted per step, GraP (composite.py)
 """
@@ -53,7 +56,13 @@ def validate(phase_config, phase: str) -> None:
   if phase_config.objective not in names():
     raise ValueError(f"config.{phase}.objective={phase_config.objective!r} must be one of "
                      f"{names()}.")
-  get(phase_config.objective).validate(phase_config, phase)
+  objective = get(phase_config.objective)
+  missing = [key for key in objective.config_fields() if key not in phase_config]
+  if missing:
+    raise ValueError(f"config.{phase}.objective={phase_config.objective!r} needs its fields "
+                     f"{missing}, which config.{phase} lacks: build the phase with "
+                     f"config_lib.phase_config({phase_config.objective!r}).")
+  objective.validate(phase_config, phase)
 
 
 def build(config, phase: str, task, model_config) -> Objective:

@@ -65,6 +65,12 @@ class Objective:
 
   # ---- config
   @staticmethod
+  def config_fields() -> dict:
+    """This objective's own fields of `config.<phase>` and their defaults (a value may be a nested
+    ml_collections.ConfigDict): a phase is the shared fields (config_lib.phase_config) plus these."""
+    return {}
+
+  @staticmethod
   def validate(phase_config, phase: str) -> None:
     """Checks this objective's own fields of `config.<phase>`; messages name the key."""
 

@@ -32,6 +32,10 @@ class CausalLM(Objective):
   pixel_std: float = 255.0
 
   @staticmethod
+  def config_fields() -> dict:
+    return dict(pixel_loss="l1")   # on pixels: 'l1' (normalised value, R²) or 'ce' (256-way)
+
+  @staticmethod
   def validate(p, phase: str) -> None:
     if p.pixel_loss not in PIXEL_LOSSES:
       raise ValueError(f"config.{phase}.pixel_loss={p.pixel_loss!r} must be one of "

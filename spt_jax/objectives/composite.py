@@ -67,11 +67,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 from absl import logging
 
 from spt_jax import checkpoints, grap, masking
+from spt_jax.masking import span_mask
 from spt_jax.data import pipeline
 from spt_jax.data.vocab import PAD_ID
 from spt_jax.models.transformer import SequenceModel, pool
@@ -173,24 +175,7 @@ def prepare_splits(task, weighting: grap.Weighting, label_fraction: float, losse
   return splits
 
 
-# ---------------------------------------------------------------------------------------- Masking
-def span_mask(rng, tokens, rate: float, mean_length: float):
-  """Boolean [B, L]: spans starting i.i.d. with probability rate/mean_length, geometric lengths of
-  mean `mean_length`; pads never masked."""
-  start_rng, length_rng = jax.random.split(rng)
-  starts = jax.random.bernoulli(start_rng, rate / mean_length, tokens.shape)
-  if mean_length <= 1:
-    lengths = jnp.ones(tokens.shape, jnp.int32)
-  else:
-    u = jax.random.uniform(length_rng, tokens.shape, minval=1e-7, maxval=1.0)
-    lengths = jnp.floor(jnp.log(u) / jnp.log1p(-1.0 / mean_length)).astype(jnp.int32) + 1
-  positions = jnp.arange(tokens.shape[-1])
-  ends = jnp.where(starts, positions + lengths, 0)
-  # A position is masked when some span that starts at or before it reaches past it.
-  reach = jax.lax.cummax(ends, axis=tokens.ndim - 1)
-  return (reach > positions) & (tokens != PAD_ID)
-
-
+# ---------------------------------------------------------------------------------------- Targets
 def random_targets(index, length: int, classes: int, seed: int):
   """[B, L] labels that depend on (seed, example index, position) only, never on the tokens."""
   base = jax.random.PRNGKey(seed)
@@ -305,10 +290,40 @@ class Composite(Objective):
   probe_val_batch: int = 32
 
   @staticmethod
+  def config_fields() -> dict:
+    return dict(
+        mask_rate=0.15,             # mlm: probability that a real token is masked
+        bert_mix=False,             # mlm and span: BERT's 80/10/10 replacement instead of <mask>
+        composite=ml_collections.ConfigDict(dict(
+            losses=LOSSES,          # subset of ALL_LOSSES, in the order weights are reported
+            weighting="grap",       # one of grap.WEIGHTINGS
+            fixed_weights=(),       # weighting='fixed': one weight per loss
+            span_length=3.0,        # span: mean span length (geometric)
+            span_rate=0.15,         # span: expected fraction of tokens inside spans
+            temperature=0.1,        # contrastive: InfoNCE temperature
+            projection_dim=0,       # contrastive: projection width; 0 = d_model
+            random_classes=16,      # random: number of random target classes
+            random_seed=0,          # random: the fixed seed of the targets
+            log_weights_every=10,   # steps between rows of split 'weights' in metrics.jsonl
+            gradnorm_alpha=1.5,     # weighting='gradnorm': asymmetry α
+            gradnorm_lr=0.025)),    # weighting='gradnorm': Adam step on the weights
+        # GraP as its authors run it (spt_jax/grap.py).
+        grap=ml_collections.ConfigDict(dict(
+            logit_lr=0.01, b1=0.0, b2=0.99,  # the logits' own Adam
+            ema=0.9,                # EMA of the gradient norms and of the cosine statistics
+            warmup_updates=10,      # plain average of the statistics over the first updates
+            label_fraction=1.0,     # downstream labels come from the first fraction of train only
+            parametrisation="sgd",  # 'sgd' (the reference's default): logits weigh the raw losses,
+                                    # start = their plain sum; 'scaled-sgd': EMA-normalised gradients
+            delay_steps=0,          # logits frozen for the first steps (statistics still accumulate)
+            probe="pooled_linear",  # the downstream probe: 'pooled_linear' or 'token_mlp' (pretpp's)
+            probe_hidden=128,       # probe='token_mlp': hidden width
+            probe_optimizer="own",  # 'own': its own Adam at probe_lr, no warmup, in the objective
+                                    # state; 'shared': a parameter under the phase's AdamW + schedule
+            probe_lr=1e-2)))        # 'own': constant lr (docs/grap.md: measured against 1e-3 .. 1e-1)
+
+  @staticmethod
   def validate(p, phase: str) -> None:
-    if "composite" not in p or "grap" not in p:
-      raise ValueError(f"config.{phase}.objective='composite' needs the fields of "
-                       f"config_lib.composite_phase_config() (config.{phase}.composite, .grap).")
     validate_phase(p, phase)
 
   @classmethod

@@ -69,6 +69,13 @@ class MaskedPrediction(Objective):
   name = "mlm"
 
   @staticmethod
+  def config_fields() -> dict:
+    return dict(
+        mask_rate=0.1,              # probability that a real token (or pixel) is masked
+        bert_mix=False,             # BERT's 80/10/10 replacement instead of always <mask>
+        pixel_loss="l1")            # on pixels: 'l1' (normalised value, R²) or 'ce' (256-way)
+
+  @staticmethod
   def validate(p, phase: str) -> None:
     if not 0 < p.mask_rate < 1:
       raise ValueError(f"config.{phase}.mask_rate={p.mask_rate} must be in (0, 1).")
