@@ -29,10 +29,13 @@ setup(
     extras_require={
         # pytest-xdist: the suite is compile-bound and XLA compiles a program on one core, so one
         # worker per core (pytest.ini) is what keeps it inside its time budget on 2 cores.
-        # wandb: the W&B logging test runs in the suite, offline.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "wandb>=0.17"],
+        # wandb: the W&B logging test runs in the suite, offline. submitit: the SLURM backend's
+        # tests drive it through submitit's local executor.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "wandb>=0.17", "submitit>=1.5"],
         # Optional logging to Weights & Biases (main.py --wandb_project); never imported otherwise.
         "wandb": ["wandb>=0.17"],
+        # Sweeps as SLURM jobs (python -m spt_jax.sweep --backend=slurm); never imported otherwise.
+        "slurm": ["submitit>=1.5"],
         # gs:// workdirs: gcsfs is etils.epath's way there (and so Orbax's), google-cloud-storage
         # tensorboardX's and Orbax's bucket queries.
         "gcs": ["gcsfs>=2024.2", "google-cloud-storage>=2.14"],

@@ -2,6 +2,7 @@ r"""Runs a grid of configs × seeds, skips finished runs, and writes a table and
 
   python -m spt_jax.sweep --config=configs/sweeps/pretrain_length.py:cpu --workdir=runs/sweep_pt
   python -m spt_jax.sweep --config=configs/sweeps/hybrid_init.py:cpu --workdir=W --processes=2
+  python -m spt_jax.sweep --config=configs/sweeps/hybrid_init.py --workdir=W --backend=slurm
 
 A sweep config (ml_collections) has:
   base       the run config, 'configs/x.py' or 'configs/x.py:variant'
@@ -31,18 +32,28 @@ With --processes=N > 1 the runs are N main.py processes at a time, each confined
 over them; --nopin_cores leaves them unconfined. A run's numbers depend on its core count at
 float32 rounding (XLA:CPU splits some operations by thread count): resume a sweep with the same
 --processes and placement to continue its runs bit-identically.
+With --backend=slurm each run is a SLURM job instead, submitted through submitit (`pip install -e
+'.[slurm]'`) once the runs it starts from have finished; a job that fails is resubmitted and its run
+resumes from its latest checkpoint, and one that reaches its time limit saves there and is requeued
+(docs/launch.md, "Sweeps on SLURM").
 """
 from __future__ import annotations
 
 import ast
 import concurrent.futures
+import contextlib
 import csv
+import dataclasses
+import functools
+import itertools
 import re
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 from absl import app, flags, logging
@@ -92,11 +103,16 @@ def parse_run(spec: str) -> tuple[str, dict]:
     if "=" not in item:
       raise ValueError(f"Sweep run {spec!r}: {item!r} is not key=value.")
     key, value = item.split("=", 1)
-    try:
-      overrides[key] = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      overrides[key] = value
+    overrides[key] = _literal(value)
   return name.strip(), overrides
+
+
+def _literal(text: str):
+  """A Python literal's value, or the text itself."""
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
 
 
 load_config = config_lib.load_config
@@ -148,8 +164,8 @@ def _run_in_process(overrides: dict, seed: int, run_dir: str) -> None:
   experiment.run(config, run_dir)
 
 
-def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None) -> None:
-  """main.py on the run, confined to `cores` (None: anywhere)."""
+def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None) -> list[str]:
+  """The main.py command line of one run of the sweep, confined to `cores` (None: anywhere)."""
   args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides['config']}",
           f"--workdir={run_dir}", f"--config.seed={seed}",
           # Several runs share the cores already: per-core devices in each would oversubscribe them.
@@ -160,21 +176,58 @@ def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None) -> Non
     if key != "config":
       text = value if isinstance(value, str) else repr(value)
       args.append(f"--config.{key}={text}")
+  return args
+
+
+def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None, on_start=None,
+                    ignored_signals=()) -> None:
+  """main.py on the run, confined to `cores` (None: anywhere), its output appended to the run's
+  log.txt; `on_start(process)` is handed the process once it runs, which ignores
+  `ignored_signals`."""
+  args = main_py_args(overrides, seed, run_dir, cores)
   workdir_path(run_dir).mkdir(parents=True, exist_ok=True)
   header = f"==== sweep attempt {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(args)}\n"
+  run = functools.partial(_main_py, args, on_start, ignored_signals)
   if not is_url(run_dir):
     # Appended, not rewritten: a resumed run's log keeps the attempts before it.
     with open(os.path.join(run_dir, "log.txt"), "a") as log:
       log.write(header)
       log.flush()
-      done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+      returncode, _ = run(stdout=log)
   else:  # an object store has no append: the attempt's output joins the log once it ends
-    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
-                          text=True)
+    returncode, output = run(stdout=subprocess.PIPE, text=True)
     log = workdir_path(run_dir) / "log.txt"
-    write_text(log, (log.read_text() if log.exists() else "") + header + done.stdout)
-  if done.returncode:
-    raise RuntimeError(f"{run_dir} failed (exit {done.returncode}); see {run_dir}/log.txt")
+    write_text(log, (log.read_text() if log.exists() else "") + header + output)
+  if returncode:
+    raise RuntimeError(f"{run_dir} failed (exit {returncode}); see {run_dir}/log.txt")
+
+
+def _main_py(args, on_start, ignored_signals, **popen) -> tuple[int, str | None]:
+  """Runs main.py to its end: (exit status, its output when stdout is a pipe). As subprocess.run,
+  an exception while it runs kills it, so that no run trains on unwatched."""
+  with _ignoring(ignored_signals):
+    process = subprocess.Popen(args, stderr=subprocess.STDOUT, cwd=ROOT, **popen)
+  with process:
+    try:
+      if on_start is not None:
+        on_start(process)
+      output, _ = process.communicate()
+    except BaseException:
+      process.kill()
+      raise
+  return process.returncode, output
+
+
+@contextlib.contextmanager
+def _ignoring(signals):
+  """Ignores `signals` while a child process starts: it keeps them ignored through exec, and this
+  process gets its own handlers back (no preexec_fn, which is unsafe in a threaded process)."""
+  handlers = {number: signal.signal(number, signal.SIG_IGN) for number in signals}
+  try:
+    yield
+  finally:
+    for number, handler in handlers.items():
+      signal.signal(number, handler)
 
 
 def references(overrides: dict) -> set[str]:
@@ -205,82 +258,259 @@ def check_run_spec(run_dir: str, spec: dict) -> None:
   write_json(path, spec)
 
 
-def _ready(pending: dict, busy, job) -> bool:
-  """A job can start once no run it references (same seed) is still to run or running."""
-  return not any((d, job[2]) in pending or (d, job[2]) in busy for d in job[4])
+class Run(NamedTuple):
+  """One run of the sweep: an arm's overrides at one seed, in its own directory."""
+  name: str
+  overrides: dict
+  seed: int
+  run_dir: str
+  starts_from: set  # names of the runs (same seed) whose directories its overrides point into
+
+  @property
+  def key(self) -> tuple[str, int]:
+    return self.name, self.seed
 
 
-def _schedule(todo, processes: int, start: float, pin_cores: bool = True) -> list[str]:
-  """Runs jobs, each once the runs it references have finished (in this process when processes is
-  1, else as that many main.py processes, each confined to cores of its own when `pin_cores`:
-  unconfined, every process sizes its thread pools for the whole machine and they contend);
-  returns the messages of runs that did not finish."""
-  from spt_jax import platform  # jax: imported once the sweep config has been checked
-  pending = {(job[0], job[2]): job for job in todo}  # (name, seed) -> job
-  slots = platform.core_slots(processes) if pin_cores and processes > 1 else [None] * processes
-  free_slots = list(range(processes))
-  failed, failures, running = set(), [], {}
+class RunQueue:
+  """The runs still to start, handed out in dependency order to whichever backend runs them: a run
+  once every run it starts from has finished, none whose source failed."""
 
-  def drop(key, message):
-    failures.append(message)
-    failed.add(key)
-    del pending[key]
+  def __init__(self, todo):
+    self.pending = {run.key: run for run in todo}
+    self.running, self.failed, self.failures = set(), set(), []
 
-  def launchable():
-    for key, job in list(pending.items()):
-      if any((d, job[2]) in failed for d in job[4]):
-        drop(key, f"{job[3]}: not run, it starts from a run that failed")
-      elif _ready(pending, [key for key, _ in running.values()], job):
-        elsewhere = workdir_lock.holder(job[3])
+  def startable(self):
+    """Yields each run that can start now, moved from pending to running as it is yielded."""
+    for key, run in list(self.pending.items()):
+      sources = {(name, run.seed) for name in run.starts_from}
+      if sources & self.failed:
+        self._give_up(run, "not run, it starts from a run that failed")
+      elif not sources & (self.pending.keys() | self.running):
+        elsewhere = workdir_lock.holder(run.run_dir)
         if elsewhere:  # another process is training it: leave it (and its log) alone
-          drop(key, f"{job[3]}: not run here, another process is running it ({elsewhere}); "
-                    f"re-run the sweep once it has finished")
+          self._give_up(run, f"not run here, another process is running it ({elsewhere}); "
+                             f"re-run the sweep once it has finished")
         else:
-          yield key, job
+          del self.pending[key]
+          self.running.add(key)
+          yield run
 
-  if processes <= 1:
-    while pending:
-      key, (name, overrides, seed, run_dir, _) = next(launchable(), (None, (None,) * 5))
-      if key is None:
-        break
-      logging.info("Sweep run: %s seed %d (%.0f s so far)", name, seed, time.time() - start)
-      del pending[key]
-      _run_in_process(overrides, seed, run_dir)
+  def finish(self, run: Run, error=None) -> None:
+    self.running.discard(run.key)
+    if error is not None:
+      self.failures.append(str(error))
+      self.failed.add(run.key)
+
+  def unfinished(self) -> list[str]:
+    """The messages of the runs that did not finish, those never started included."""
+    return self.failures + [f"{run.run_dir}: not run, its references form a cycle"
+                            for run in self.pending.values()]
+
+  def _give_up(self, run: Run, why: str) -> None:
+    self.failures.append(f"{run.run_dir}: {why}")
+    self.failed.add(run.key)
+    del self.pending[run.key]
+
+
+def _schedule(todo, processes: int, start: float, pin_cores: bool = True,
+              slurm: Slurm | None = None) -> list[str]:
+  """Runs `todo`, each run once the runs it starts from have finished, on the one backend asked
+  for: a SLURM job per run (`slurm`), else this process (processes 1) or that many main.py
+  processes; returns the messages of runs that did not finish."""
+  queue = RunQueue(todo)
+  if slurm is not None:
+    _run_as_slurm_jobs(queue, slurm, start)
+  elif processes <= 1:
+    _run_here(queue, start)
   else:
-    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
-      while pending or running:
-        for key, (name, overrides, seed, run_dir, _) in launchable():
-          if len(running) >= processes:
-            break
-          slot = free_slots.pop(0)
-          logging.info("Sweep run: %s seed %d%s (%.0f s so far)", name, seed,
-                       f" on core(s) {','.join(map(str, slots[slot]))}" if slots[slot] else "",
-                       time.time() - start)
-          running[pool.submit(_run_subprocess, overrides, seed, run_dir, slots[slot])] = (key,
-                                                                                           slot)
-          del pending[key]
-        if not running:
-          break
-        finished, _ = concurrent.futures.wait(running,
-                                              return_when=concurrent.futures.FIRST_COMPLETED)
-        for future in finished:
-          key, slot = running.pop(future)
-          free_slots.append(slot)
-          try:
-            future.result()
-          except Exception as e:  # noqa: BLE001 - reported with the others at the end
-            failures.append(str(e))
-            failed.add(key)
-  failures += [f"{job[3]}: not run, its references form a cycle" for job in pending.values()]
-  return failures
+    _run_as_processes(queue, processes, start, pin_cores)
+  return queue.unfinished()
 
 
-def run_sweep(sweep, workdir: str, processes: int = 1,
-              source: str = "the sweep config", pin_cores: bool = True) -> list[dict]:
+def _run_here(queue: RunQueue, start: float) -> None:
+  while (run := next(queue.startable(), None)) is not None:
+    logging.info("Sweep run: %s seed %d (%.0f s so far)", run.name, run.seed, time.time() - start)
+    _run_in_process(run.overrides, run.seed, run.run_dir)
+    queue.finish(run)
+
+
+def _run_as_processes(queue: RunQueue, processes: int, start: float, pin_cores: bool) -> None:
+  """That many main.py processes at a time, each confined to cores of its own when `pin_cores`
+  (unconfined, every process sizes its thread pools for the whole machine and they contend)."""
+  from spt_jax import platform  # jax: imported once the sweep config has been checked
+  slots = platform.core_slots(processes) if pin_cores else [None] * processes
+  free_slots, running = list(range(processes)), {}
+  with concurrent.futures.ThreadPoolExecutor(processes) as pool:
+    while True:
+      for run in itertools.islice(queue.startable(), len(free_slots)):
+        slot = free_slots.pop(0)
+        logging.info("Sweep run: %s seed %d%s (%.0f s so far)", run.name, run.seed,
+                     f" on core(s) {','.join(map(str, slots[slot]))}" if slots[slot] else "",
+                     time.time() - start)
+        future = pool.submit(_run_subprocess, run.overrides, run.seed, run.run_dir, slots[slot])
+        running[future] = (run, slot)
+      if not running:
+        return
+      done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in done:
+        run, slot = running.pop(future)
+        free_slots.append(slot)
+        queue.finish(run, future.exception())
+
+
+@dataclasses.dataclass(frozen=True)
+class Slurm:
+  """The SLURM backend: each run one single-node job, submitted through submitit once the runs it
+  starts from have finished. `cluster='local'` runs the jobs as processes here (submitit's
+  LocalExecutor), which is how the tests drive it."""
+  folder: str = ""  # submitit's job scripts, pickles and logs; '' = <workdir>/submitit
+  partition: str = ""  # '' = the cluster's default partition
+  time_min: int = 240
+  gpus: int = 1
+  cpus_per_task: int = 8
+  parameters: dict = dataclasses.field(default_factory=dict)  # other submitit `slurm_*` settings
+  attempts: int = 3  # submissions of a run whose job fails before the sweep reports it
+  cluster: str = "slurm"
+  poll_s: float = 30.0
+
+
+# Requeues of one job at its time limit before submitit fails it: each one resumes from the latest
+# checkpoint, so a limit costs a restart, not the work; submitit's default of 3 would fail long runs.
+TIME_LIMITS_PER_JOB = 50
+
+
+def require_submitit():
+  """submitit, or an error saying how to install it (an optional extra, not a core dependency)."""
+  try:
+    import submitit
+  except ImportError:
+    raise ImportError("The SLURM backend needs submitit: pip install -e '.[slurm]'") from None
+  return submitit
+
+
+def _with_folder(slurm: Slurm, workdir: str) -> Slurm:
+  """`slurm` with its submitit folder set: by default <workdir>/submitit."""
+  if slurm.folder:
+    return slurm
+  if is_url(workdir):
+    raise ValueError(f"--slurm_folder is needed with the workdir {workdir}: submitit keeps its "
+                     f"files on a filesystem that the nodes share.")
+  return dataclasses.replace(slurm, folder=os.path.join(workdir, "submitit"))
+
+
+class SubmittedRun:
+  """What a run's job executes: main.py on the run, as the local backend starts it.
+
+  submitit calls `checkpoint` on the job's time-limit or preemption signal, sent ahead of the end:
+  main.py is asked to stop (SIGTERM: it saves its latest checkpoint and exits), and submitit
+  requeues the job with a fresh copy of this run, which resumes from that checkpoint."""
+
+  def __init__(self, overrides: dict, seed: int, run_dir: str):
+    self.overrides, self.seed, self.run_dir = overrides, seed, run_dir
+    self._process = None
+
+  def __call__(self) -> None:
+    # SLURM signals every process of the job step: main.py must not die of the time-limit signal,
+    # which this process acts on (`checkpoint`).
+    _run_subprocess(self.overrides, self.seed, self.run_dir, on_start=self._watch,
+                    ignored_signals=(_time_limit_signal(),))
+
+  def _watch(self, process) -> None:
+    self._process = process
+
+  def checkpoint(self):
+    if self._process is not None:
+      _stop_and_wait(self._process)
+    return require_submitit().helpers.DelayedSubmission(
+        SubmittedRun(self.overrides, self.seed, self.run_dir))
+
+
+def _time_limit_signal() -> signal.Signals:
+  """submitit's advance warning of a job's time limit or preemption: SIGUSR2, unless
+  SUBMITIT_PREEMPT_SIGNAL names another (as submitit reads it)."""
+  return signal.Signals["SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")]
+
+
+def _stop_and_wait(process) -> None:
+  """SIGTERM, then main.py's exit once its latest checkpoint is saved. This runs in submitit's
+  signal handler, which may have interrupted Popen.wait holding its lock: hence os.waitpid."""
+  process.send_signal(signal.SIGTERM)
+  try:
+    os.waitpid(process.pid, 0)
+  except ChildProcessError:  # reaped already
+    pass
+
+
+def _executor(slurm: Slurm):
+  submitit = require_submitit()
+  executor = submitit.AutoExecutor(folder=slurm.folder, cluster=slurm.cluster,
+                                   slurm_max_num_timeout=TIME_LIMITS_PER_JOB,
+                                   local_max_num_timeout=TIME_LIMITS_PER_JOB)
+  executor.update_parameters(
+      timeout_min=slurm.time_min, nodes=1, tasks_per_node=1, gpus_per_node=slurm.gpus,
+      cpus_per_task=slurm.cpus_per_task, slurm_partition=slurm.partition or None,
+      **{f"slurm_{name}": value for name, value in slurm.parameters.items()})
+  return executor
+
+
+def _submit(executor, run: Run, start: float):
+  executor.update_parameters(name=f"{run.name}/seed_{run.seed}")
+  job = executor.submit(SubmittedRun(run.overrides, run.seed, run.run_dir))
+  logging.info("Sweep run: %s seed %d, job %s (%.0f s so far)", run.name, run.seed, job.job_id,
+               time.time() - start)
+  return job
+
+
+def _why_unfinished(job, run: Run) -> str | None:
+  """None if the job's run finished; else why not. A job can end well before its run does: a
+  SIGTERM (scancel, the time limit) stops main.py cleanly, with exit status 0."""
+  try:
+    job.result()
+  except Exception as e:  # noqa: BLE001 - the run's log and the job's say the rest
+    return (f"{run.run_dir}: job {job.job_id} failed ({type(e).__name__}); see "
+            f"{run.run_dir}/log.txt and {job.paths.stderr}")
+  if not finished(run.run_dir, run.overrides):
+    return f"{run.run_dir}: job {job.job_id} ended before its run finished"
+  return None
+
+
+def _run_as_slurm_jobs(queue: RunQueue, slurm: Slurm, start: float) -> None:
+  """Every startable run as a job at once; a job that fails or ends early is resubmitted (up to
+  `slurm.attempts` in all), and its run resumes from its latest checkpoint. Stopping the sweep
+  cancels its jobs, which save their latest checkpoints: a re-run resumes them."""
+  executor = _executor(slurm)
+  jobs = {}  # submitit job -> (run, its submissions so far)
+  try:
+    while True:
+      for run in queue.startable():
+        jobs[_submit(executor, run, start)] = (run, 1)
+      if not jobs:
+        return
+      time.sleep(slurm.poll_s)
+      for job in [job for job in jobs if job.done()]:
+        run, attempt = jobs.pop(job)
+        problem = _why_unfinished(job, run)
+        if problem and attempt < slurm.attempts:
+          logging.warning("%s (attempt %d of %d); resubmitted, it resumes from its latest "
+                          "checkpoint.", problem, attempt, slurm.attempts)
+          jobs[_submit(executor, run, start)] = (run, attempt + 1)
+        else:
+          queue.finish(run, problem)
+  except BaseException:
+    for job in jobs:
+      job.cancel(check=False)
+    raise
+
+
+def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep config",
+              pin_cores: bool = True, slurm: Slurm | None = None) -> list[dict]:
   """Runs what is not finished yet, then writes the outputs; source names the config in errors.
   With processes > 1 and `pin_cores`, each run is confined to cores of its own
-  (platform.core_slots)."""
+  (platform.core_slots); with `slurm`, each run is a SLURM job instead."""
   sweep = check_sweep(sweep, source)
+  if slurm is not None:  # Before anything is written: a sweep that cannot submit changes nothing.
+    require_submitit()
+    slurm = _with_folder(slurm, workdir)
   runs = [parse_run(s) for s in sweep.runs]
   names = [n for n, _ in runs]
   if len(set(names)) != len(names):
@@ -295,21 +525,22 @@ def run_sweep(sweep, workdir: str, processes: int = 1,
   def substitute(overrides, seed):
     return {k: v.format(workdir=os.fspath(workdir_path(workdir)), seed=seed)
             if isinstance(v, str) else v for k, v in overrides.items()}
-  jobs = []
+  all_runs = []
   for name, ov in runs:
     for seed in sweep.seeds:
       overrides = substitute(ov, seed)
       overrides.setdefault("config", sweep.base)
-      jobs.append((name, overrides, seed, os.path.join(workdir, name, f"seed_{seed}"),
-                   references(ov)))
-  for name, overrides, seed, run_dir, _ in jobs:  # Before anything runs: a clash stops the sweep.
-    if (workdir_path(run_dir) / RUN_SPEC).exists():
-      check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
-  todo = [j for j in jobs if not finished(j[3], j[1])]
-  logging.info("Sweep: %d runs, %d finished, %d to go.", len(jobs), len(jobs) - len(todo), len(todo))
-  for _, overrides, seed, run_dir, _ in todo:
-    check_run_spec(run_dir, {"overrides": overrides, "seed": seed})
-  failures = _schedule(todo, processes, time.time(), pin_cores)
+      all_runs.append(Run(name, overrides, seed, os.path.join(workdir, name, f"seed_{seed}"),
+                          references(ov)))
+  for run in all_runs:  # Before anything runs: a clash stops the sweep.
+    if (workdir_path(run.run_dir) / RUN_SPEC).exists():
+      check_run_spec(run.run_dir, {"overrides": run.overrides, "seed": run.seed})
+  todo = [run for run in all_runs if not finished(run.run_dir, run.overrides)]
+  logging.info("Sweep: %d runs, %d finished, %d to go.", len(all_runs), len(all_runs) - len(todo),
+               len(todo))
+  for run in todo:
+    check_run_spec(run.run_dir, {"overrides": run.overrides, "seed": run.seed})
+  failures = _schedule(todo, processes, time.time(), pin_cores, slurm)
   if failures:
     raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
@@ -416,14 +647,34 @@ def main(argv):
   del argv
   source = config_flags.get_config_filename(flags.FLAGS["config"])
   sweep = check_sweep(flags.FLAGS.config, source)  # Before the slow imports below.
+  slurm = _slurm_from_flags()
   from spt_jax import experiment, platform
   # As main.py's defaults (one device, the retained heap): in-process runs train here.
   platform.configure_process(None, cpu_devices=1, retain_freed_memory=True)
   experiment.quiet_orbax_logging()
   rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source,
-                   pin_cores=flags.FLAGS.pin_cores)
+                   pin_cores=flags.FLAGS.pin_cores, slurm=slurm)
   print((workdir_path(flags.FLAGS.workdir) / sweep.output / "table.md").read_text())
   del rows
+
+
+def _slurm_from_flags() -> Slurm | None:
+  """The SLURM backend's settings when --backend=slurm, else None (the local backend)."""
+  f = flags.FLAGS
+  if f.backend != "slurm":
+    return None
+  if f.processes != 1:
+    raise app.UsageError("--processes is the local backend's: with --backend=slurm every run "
+                         "that can start is a job at once.")
+  parameters = {}
+  for item in f.slurm_parameters:
+    if "=" not in item:
+      raise app.UsageError(f"--slurm_parameters: {item!r} is not name=value.")
+    name, value = item.split("=", 1)
+    parameters[name] = _literal(value)
+  return Slurm(folder=f.slurm_folder, partition=f.slurm_partition, time_min=f.slurm_time_min,
+               gpus=f.slurm_gpus, cpus_per_task=f.slurm_cpus_per_task, parameters=parameters,
+               attempts=f.slurm_attempts)
 
 
 def _define_flags():
@@ -436,6 +687,20 @@ def _define_flags():
                     "(main.py --cores), the same number for each, so that concurrent runs do not "
                     "oversubscribe them. The core count per run changes float32 rounding: resume "
                     "a sweep with the same --processes and --pin_cores on the same machine kind.")
+  flags.DEFINE_enum("backend", "local", ["local", "slurm"], "Where the runs train: 'local', on "
+                    "this machine (--processes at a time), or 'slurm', one SLURM job per run "
+                    "through submitit (pip install -e '.[slurm]'; the --slurm_* flags).")
+  flags.DEFINE_string("slurm_folder", "", "submitit's job files and logs, on a filesystem the "
+                      "nodes share; '' = <workdir>/submitit.")
+  flags.DEFINE_string("slurm_partition", "", "The jobs' partition; '' = the cluster's default.")
+  flags.DEFINE_integer("slurm_time_min", 240, "Each job's time limit in minutes; a run that needs "
+                       "longer saves its latest checkpoint before it and is requeued to resume.")
+  flags.DEFINE_integer("slurm_gpus", 1, "GPUs per job (each run is one process on one node).")
+  flags.DEFINE_integer("slurm_cpus_per_task", 8, "CPU cores per job.")
+  flags.DEFINE_integer("slurm_attempts", 3, "Submissions of a run whose job fails or is killed "
+                       "before the sweep reports it; each resumes from the latest checkpoint.")
+  flags.DEFINE_list("slurm_parameters", [], "Other settings of submitit's SLURM executor, "
+                    "name=value, e.g. account=myproject,qos=high,mem_gb=64,constraint=a100.")
   flags.mark_flags_as_required(["config", "workdir"])
 
 
