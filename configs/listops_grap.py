@@ -8,7 +8,7 @@ then fine-tuning: the GraP ablation on an LRA task whose label a pooled linear p
     --config.pretrain.grap.warmup_updates=100          # the run in docs/grap.md
 
 Model, data, masking rate (10%) and fine-tuning are configs/listops_spt.py's (Amos et al.'s ListOps
-settings); the pretraining phase is objective 'composite' (spt_jax/objectives/composite.py) with GraP's
+settings); the pretraining phase is objective 'composite' (spt_jax/objectives/composite/) with GraP's
 downstream probe trained on the training labels. The fine-tune loads the encoder and leaves every
 `pretrain_heads/` parameter behind.
 """

@@ -9,7 +9,7 @@ fine-tuning: the event-sequence setting of GraP's paper, where the label is read
     "--config.pretrain.composite.losses=('mlm','span','random','time')"   # + the time-field loss
 
 Data, model, optimiser, the 2,500 pretraining steps and the fine-tuning are configs/markov_spt.py's;
-the pretraining phase is objective 'composite' (spt_jax/objectives/composite.py) with the heads mlm,
+the pretraining phase is objective 'composite' (spt_jax/objectives/composite/) with the heads mlm,
 span and the useless random-target loss (the redundancy test of docs/grap.md), weighted by GraP with its
 defaults (the 'sgd' parametrisation, a pooled linear probe with its own Adam). `get_config(arg,
 weighting=...)` gives the same run under another weighting (configs/sweeps/grap_compare.py). The

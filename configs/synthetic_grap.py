@@ -6,7 +6,7 @@ r"""Synthetic task, composite self-pretraining weighted by GraP, then fine-tunin
   python main.py --config=configs/synthetic_grap.py:count,cpu --workdir=runs/count_grap_cpu \
     --config.pretrain.grap.label_fraction=0.1      # label-leakage ablation: 10% of the labels
 
-Pretraining: objective 'composite' (spt_jax/objectives/composite.py) with the heads mlm, span,
+Pretraining: objective 'composite' (spt_jax/objectives/composite/) with the heads mlm, span,
 contrastive and a deliberately useless random-target loss on one shared encoder output, weighted by
 GraP (Karpukhin & Savchenko, 2026: loss logits ascend the alignment of the normalised composite
 z-gradient with the gradient of a downstream probe trained on the labelled training examples; the

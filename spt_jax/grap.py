@@ -4,7 +4,7 @@ Every method here sees the same inputs, computed once per step on the *detached*
 the per-loss gradients dL_i/dz stacked as [K, ...], the losses [K], and (GraP only) the downstream
 gradient dL_down/dz. It returns the gradient to send back through the encoder (one backward pass for
 all losses) and the per-loss coefficients λ_i of that gradient on the raw losses (dz = Σ λ_i dL_i/dz),
-for the logs. The heads are not weighted: each trains on its own loss (spt_jax/objectives/composite.py).
+for the logs. The heads are not weighted: each trains on its own loss (spt_jax/objectives/composite/).
 All functions are pure and jit-friendly; the state is a dict of arrays, so it checkpoints with the
 optimiser state.
 

@@ -1,6 +1,6 @@
 """GraP loss weighting and composite SPT: the algorithm's maths, its dynamics, and one tiny phase.
 
-The composite objective is spt_jax/objectives/composite.py, trained by the one phase trainer.
+The composite objective is spt_jax/objectives/composite/, trained by the one phase trainer.
 """
 from __future__ import annotations
 

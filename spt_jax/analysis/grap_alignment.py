@@ -57,13 +57,11 @@ def make_batch_statistics(comp: composite.Composite):
         lambda p: comp.encode(p, views["view1"], train=False, rng=rng), params["encoder"],
         has_aux=True)
     z2 = (comp.encode(params["encoder"], views["view2"], train=False, rng=rng)[0]
-          if "contrastive" in comp.losses else None)
-    z_grads = []
-    for name in names:
-      fn = lambda z_: comp.head_loss(name, z_, mask, params[HEADS], views, batch, z2=z2)
-      (_, metrics), g = jax.value_and_grad(fn, has_aux=True)(z)
-      z_grads.append(g)
-    probe_metrics = metrics  # of the last name, the probe
+          if "view2" in views else None)
+    per_loss = [comp.loss_grads(name, z, mask, params[HEADS], views, batch, z2=z2)
+                for name in names]
+    z_grads = [r[2] for r in per_loss]
+    probe_metrics = per_loss[-1][1]  # the last name is the probe
     encoder_grads = [encoder_vjp(g)[0] for g in z_grads]
     vectors = {"z": [jnp.ravel(g) for g in z_grads]}
     for space, pattern in SPACES.items():

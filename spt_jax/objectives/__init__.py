@@ -11,7 +11,7 @@ trainer, spt_jax/train.py, relies on).
   span            masked-token prediction of contiguous spans (span.py)
   clm             next-token (or next-pixel) prediction, causal attention (causal.py)
   classification  the supervised phase: pooled class logits (classification.py)
-  composite       several pretraining heads on one encoder, weighted per step, GraP (composite.py)
+  composite       several pretraining heads on one encoder, weighted per step, GraP (composite/)
 """
 from __future__ import annotations
 

@@ -1,70 +1,12 @@
-"""Composite self-pretraining: several pretraining heads on one shared encoder output z.
-
-Objectives (`composite.losses`, any non-empty subset, each a head under `pretrain_heads/<name>`):
-  mlm          masked-token cross-entropy on i.i.d. masked positions (rate `mask_rate`)
-  span         cross-entropy on contiguous masked spans (geometric lengths of mean `span_length`,
-               covering about `span_rate` of the tokens)
-  contrastive  InfoNCE between the mean-pooled, projected embeddings of two independently masked views
-               of each sequence (temperature `temperature`; in-batch negatives)
-  random       a deliberately useless loss: per-position class labels drawn from a fixed seed per
-               training example index and position, independent of the tokens (pure memorisation)
-  time         L1 regression of each real position's time delta, for tasks with a `time_deltas`
-               field (markov_events: every delta is 1, so a bias learns it; near-useless)
-GraP adds a downstream probe (`grap.probe`): a linear classifier on the pooled z ('pooled_linear') or
-an MLP (hidden `grap.probe_hidden`, ReLU) on every token, whose logits averaged over the tokens classify
-the sequence ('token_mlp', pretpp's downstream head without its batch norm). It is trained on the
-labelled examples only, on its own loss, and supplies the downstream gradient; it never reaches the
-encoder. With `grap.probe_optimizer='own'` (default) its parameters and its own Adam (`grap.probe_lr`,
-constant, no warmup) are in the objective's state; with 'shared' it is the parameter
-`pretrain_heads/grap_probe` under the phase's AdamW and schedule (the earlier design, and the mode
-spt_jax.analysis.grap_alignment reads). Alignment in z needs the downstream gradient on the same z, so
-the labelled examples are those of the current batch whose index lies in the first
-`grap.label_fraction` of the training set (labels of the others are never read; a batch without any
-leaves GraP's statistics, logits and probe unchanged).
-
-How the objectives share the forward pass: ONE corrupted input (view 1) serves every head. Its mask
-is the union of the mlm mask and the span mask; the mlm head is scored on the mlm positions, the span
-head on the span positions, the random and time heads on every real position, the probe on the pooled
-z or its tokens. The contrastive loss needs a second view: view 2 is drawn from the same corruption
-distribution, independently, and encoded in a second forward pass whose output is treated as a
-constant (stop gradient). So all gradients live on view 1's z [B, L, D], the space GraP aligns in, and
-the encoder still gets a single backward pass. The two views are exchangeable, so the gradient
-through view 2 has the same expectation as the one through view 1: dropping it halves the expected
-contrastive gradient, a scale that the weighting methods normalise away.
-
-A step (`Composite.train_grads`; spt_jax/grap.py for the weighting):
-  z = encoder(view 1) with its VJP kept; z2 = encoder(view 2), a constant (contrastive only)
-  for each loss i, on the detached z: L_i, dL_i/dz and head i's parameter gradient
-  GraP only: the probe's loss on the labelled examples, dL_down/dz and the probe's gradient
-  weighting → z-gradient (and the coefficients λ_i it applies to the raw losses, for the logs)
-  ONE backward through the encoder with the z-gradient; every head gets its own UNWEIGHTED gradient
-  (as the reference: a loss whose weight falls to ~0 keeps training its head, so its gradient stays
-  informative and its weight can recover); the probe takes its own step ('own') or its gradient goes
-  to the trainer ('shared'); the trainer's AdamW on the parameters, the weighting's state (with an
-  'own' probe) updated alongside (the objective's state, in the optimiser state under 'weighting').
-
-The head parameters are all under `pretrain_heads/`, so a fine-tuning phase loads the encoder with
-`init_from.exclude=("pretrain_heads/.*",)`. Beyond the common files a composite phase writes
-metrics.jsonl rows of split 'weights' every `composite.log_weights_every` steps (one column per loss,
-plus `align_<loss>`, `logit_<loss>`, `coef_<loss>`, `grad_norm_<loss>`, ... for GraP) and
-`<phase>/weights.png` with their trajectories (drawn by the caller's `weights_figure` hook). A GraP
-phase ends by measuring the probe's validation accuracy (the final encoder and probe, on the
-validation split) and writes `grap` into results.json: that accuracy, chance (the majority class),
-each loss's normalised weight as the median over the last quarter of the 'weights' rows relative to
-the largest, and a verdict, or "GraP not applicable (probe reads nothing)" when the probe is below
-chance + 15 points (`PRECONDITION_MARGIN`): its gradient then carries no label signal, and the
-weights say nothing about the losses' usefulness. Validation selects the best checkpoint on the first
-loss's accuracy in ALL_LOSSES order (the mlm head's masked-token accuracy when mlm is among the losses).
-"""
+"""The composite objective: views, the shared encoding, every loss (losses.py) and the weighted
+step (spt_jax/objectives/composite/__init__.py says how they fit together)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import zlib
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -73,27 +15,20 @@ import optax
 from absl import logging
 
 from spt_jax import checkpoints, grap, masking
-from spt_jax.masking import span_mask
 from spt_jax.data import pipeline
 from spt_jax.data.vocab import PAD_ID
 from spt_jax.models.transformer import SequenceModel, pool
 from spt_jax.objectives import register
 from spt_jax.objectives.base import Objective, ratio
-from spt_jax.objectives.masked import token_loss
+from spt_jax.objectives.composite.heads import PretrainHeads, Probe
+from spt_jax.objectives.composite.losses import ALL_LOSSES, PER_SEQUENCE, TABLE, TOKEN_LOSSES
+from spt_jax.objectives.composite.report import WeightsReporter, grap_report, read_weight_rows
 
 LOSSES = ("mlm", "span", "contrastive", "random")   # the default composite
-# Losses a task must support: `time` reads the task's `time_deltas` (markov_events).
-ALL_LOSSES = LOSSES + ("time",)
-TOKEN_LOSSES = ("mlm", "span")
-# Useless by construction: what a weighting that judges usefulness should drive down.
-USELESS = ("random", "time")
 HEADS = "pretrain_heads"
 PROBE = "grap_probe"
 PROBES = ("pooled_linear", "token_mlp")
 PROBE_OPTIMIZERS = ("own", "shared")
-# GraP's precondition: a probe below chance + this margin (validation accuracy) reads nothing.
-PRECONDITION_MARGIN = 0.15
-NOT_APPLICABLE = "GraP not applicable (probe reads nothing)"
 
 
 # ---------------------------------------------------------------------------------------- Config
@@ -138,9 +73,11 @@ def validate_phase(p, name: str) -> None:
     if not ok:
       raise ValueError(f"config.{name}.{key}={p[key.split('.')[0]][key.split('.')[1]]!r} must be "
                        f"{what}.")
-  if "contrastive" in losses and p.batch_size < 2:
-    raise ValueError(f"config.{name}.batch_size={p.batch_size} must be >= 2 for the contrastive "
-                     f"loss (in-batch negatives).")
+  for loss in losses:
+    least, why = TABLE[loss].min_batch_size
+    if p.batch_size < least:
+      raise ValueError(f"config.{name}.batch_size={p.batch_size} must be >= {least} for the "
+                       f"{loss} loss ({why}).")
 
 
 def weighting_from_config(p, probe_init=None) -> grap.Weighting:
@@ -163,8 +100,8 @@ def prepare_splits(task, weighting: grap.Weighting, label_fraction: float, losse
   for split, arrays in task.splits.items():
     n = pipeline.num_examples(arrays)
     out = {"inputs": arrays["inputs"], "index": np.arange(n, dtype=np.int32)}
-    if "time" in losses:
-      out["time_deltas"] = arrays["time_deltas"].astype(np.float32)
+    for field in {f for n in losses for f in TABLE[n].batch_fields}:
+      out[field] = arrays[field].astype(np.float32)
     if weighting.needs_downstream:
       labelled = np.ones(n, bool)
       if split == "train":
@@ -173,88 +110,6 @@ def prepare_splits(task, weighting: grap.Weighting, label_fraction: float, losse
       out["label_weights"] = labelled.astype(np.float32)
     splits[split] = out
   return splits
-
-
-# ---------------------------------------------------------------------------------------- Targets
-def random_targets(index, length: int, classes: int, seed: int):
-  """[B, L] labels that depend on (seed, example index, position) only, never on the tokens."""
-  base = jax.random.PRNGKey(seed)
-  draw = lambda i: jax.random.randint(jax.random.fold_in(base, i), (length,), 0, classes)
-  return jax.vmap(draw)(index.astype(jnp.uint32))
-
-
-# ---------------------------------------------------------------------------------------- Heads
-class Projection(nn.Module):
-  features: int
-
-  @nn.compact
-  def __call__(self, x):
-    h = nn.gelu(nn.Dense(x.shape[-1], name="dense_in")(x))
-    return nn.Dense(self.features, name="dense_out")(h)
-
-
-class Probe(nn.Module):
-  """GraP's downstream classifier: linear on pooled z [B, D] ('pooled_linear'), or an MLP on every
-  token z [B, L, D] ('token_mlp'), giving per-token logits [B, L, C]."""
-  kind: str
-  hidden: int
-  num_classes: int
-
-  @nn.compact
-  def __call__(self, x):
-    if self.kind == "token_mlp":
-      x = nn.relu(nn.Dense(self.hidden, name="hidden")(x))
-    return nn.Dense(self.num_classes, name="out")(x)
-
-  def example(self, d_model: int):
-    """A zero input of the shape this probe reads, to initialise it from."""
-    return jnp.zeros((1, 2, d_model) if self.kind == "token_mlp" else (1, d_model), jnp.float32)
-
-
-class PretrainHeads(nn.Module):
-  """The heads on z, one per loss (token logits, projection or time regression), and the GraP probe
-  when it is a model parameter ('shared')."""
-  losses: tuple[str, ...]
-  vocab_size: int
-  random_classes: int
-  projection_dim: int
-  probe_kind: str = ""    # '' = no probe here; else Probe's kind, built as grap_probe in setup
-  probe_hidden: int = 0
-  num_classes: int = 0
-
-  def setup(self):
-    # Attribute names are the parameter names: pretrain_heads/{mlm,span,random,contrastive,time,
-    # grap_probe}.
-    if "mlm" in self.losses:
-      self.mlm = nn.Dense(self.vocab_size)
-    if "span" in self.losses:
-      self.span = nn.Dense(self.vocab_size)
-    if "random" in self.losses:
-      self.random = nn.Dense(self.random_classes)
-    if "contrastive" in self.losses:
-      self.contrastive = Projection(self.projection_dim)
-    if "time" in self.losses:
-      self.time = nn.Dense(1)
-    if self.probe_kind:
-      self.grap_probe = Probe(self.probe_kind, self.probe_hidden, self.num_classes)
-
-  def token_logits(self, name: str, z):
-    return getattr(self, name)(z)
-
-  def project(self, pooled):
-    return self.contrastive(pooled)
-
-  def probe_logits(self, x):
-    return self.grap_probe(x)
-
-  def __call__(self, z, pooled):
-    """Touches every head (for init)."""
-    out = [self.token_logits(n, z) for n in self.losses if n != "contrastive"]
-    if "contrastive" in self.losses:
-      out.append(self.project(pooled))
-    if self.probe_kind:
-      out.append(self.probe_logits(z if self.probe_kind == "token_mlp" else pooled))
-    return out
 
 
 # ---------------------------------------------------------------------------------------- Objective
@@ -268,7 +123,7 @@ class Composite(Objective):
   it too."""
   name = "composite"
   state_key = "weighting"
-  per_sequence_heads = ("classifier", "contrastive")  # the projection of pooled views
+  per_sequence_heads = ("classifier",) + PER_SEQUENCE
   heads: PretrainHeads = None
   weighting: grap.Weighting = None
   losses: tuple[str, ...] = ()
@@ -335,9 +190,11 @@ class Composite(Objective):
                        f"{task.splits['train']['inputs'].shape[1:]}.")
     c, g = p.composite, p.grap
     losses = tuple(c.losses)
-    if "time" in losses and any("time_deltas" not in a for a in task.splits.values()):
-      raise ValueError(f"config.{phase}.composite.losses={losses!r} has 'time', but {task.name} "
-                       f"data has no time field (`time_deltas`; markov_events has one).")
+    for name in losses:
+      for field in TABLE[name].batch_fields:
+        if any(field not in a for a in task.splits.values()):
+          raise ValueError(f"config.{phase}.composite.losses={losses!r} has {name!r}, but "
+                           f"{task.name} data has no {name} field (`{field}`).")
     is_grap = c.weighting == "grap"
     probe = Probe(g.probe, int(g.probe_hidden), task.num_classes) if is_grap else None
     shared = is_grap and g.probe_optimizer == "shared"
@@ -396,30 +253,27 @@ class Composite(Objective):
 
   # ---- inputs
   def corrupt(self, rng, tokens, keep):
-    """One corrupted view: (inputs, mlm positions, span positions)."""
-    mlm_rng, span_rng, corrupt_rng = jax.random.split(rng, 3)
+    """One corrupted view: (inputs, {token loss: the positions it is scored on})."""
+    *mask_rngs, corrupt_rng = jax.random.split(rng, len(TOKEN_LOSSES) + 1)
     none = jnp.zeros(tokens.shape, bool)
-    token_heads = [n for n in TOKEN_LOSSES if n in self.losses]
-    # A setup without mlm or span still corrupts, with i.i.d. masking at mask_rate.
-    mlm = (masking.draw_mask(mlm_rng, tokens, self.mask_rate) & keep
-           if "mlm" in self.losses or not token_heads else none)
-    span = (span_mask(span_rng, tokens, self.span_rate, self.span_length) & keep
-            if "span" in self.losses else none)
-    inputs = masking.corrupt(corrupt_rng, tokens, mlm | span, bert_mix=self.bert_mix,
-                             first_regular_id=self.first_regular_id, vocab_size=self.vocab_size)
-    return inputs, mlm, span
+    masked = {n: TABLE[n].mask(self, r, tokens) & keep if n in self.losses else none
+              for n, r in zip(TOKEN_LOSSES, mask_rngs)}
+    if not any(n in self.losses for n in TOKEN_LOSSES):
+      # A setup without a token loss still corrupts, with mlm's i.i.d. masking.
+      masked["mlm"] = TABLE["mlm"].mask(self, mask_rngs[0], tokens) & keep
+    inputs = masking.corrupt(corrupt_rng, tokens, jnp.any(jnp.stack(list(masked.values())), 0),
+                             bert_mix=self.bert_mix, first_regular_id=self.first_regular_id,
+                             vocab_size=self.vocab_size)
+    return inputs, masked
 
   def views(self, rng, batch) -> dict:
     tokens = batch["inputs"]
     keep = (batch["weights"] > 0)[:, None] & (tokens != PAD_ID)
     rng1, rng2 = jax.random.split(rng)
-    view1, mlm, span = self.corrupt(rng1, tokens, keep)
-    out = {"tokens": tokens, "view1": view1, "mlm": mlm, "span": span, "real": keep}
-    if "contrastive" in self.losses:
-      out["view2"] = self.corrupt(rng2, tokens, keep)[0]
-    if "random" in self.losses:
-      out["random_targets"] = random_targets(batch["index"], tokens.shape[1], self.random_classes,
-                                             self.random_seed)
+    view1, masked = self.corrupt(rng1, tokens, keep)
+    out = {"tokens": tokens, "view1": view1, "real": keep, **masked}
+    for name in self.losses:
+      TABLE[name].add_views(self, rng2, batch, out)
     return out
 
   # ---- encoder
@@ -428,7 +282,7 @@ class Composite(Objective):
     return self.model.apply({"params": {"encoder": encoder_params}}, inputs, train=train,
                             rngs={"dropout": rng}, method=SequenceModel.encode)
 
-  def _per_token(self, z):
+  def per_token(self, z):
     return z[:, 1:] if self.pooling == "cls" else z
 
   # ---- losses on a (detached) z
@@ -441,30 +295,18 @@ class Composite(Objective):
                          f"(opt_state['weighting']['probe'] of a latest checkpoint); pass it to "
                          f"Composite.probe_loss, or train with grap.probe_optimizer='shared'.")
       return self.probe_loss(z, mask, head_params[PROBE], views, batch)
-    apply = lambda method, *args: self.heads.apply({"params": head_params}, *args, method=method)
-    if name in TOKEN_LOSSES or name == "random":
-      logits = apply(PretrainHeads.token_logits, name, self._per_token(z))
-      if name == "random":
-        targets, where = views["random_targets"], views["real"]
-      else:
-        targets, where = views["tokens"], views[name]
-      loss, m = token_loss(logits, targets, where)
-      return loss, {f"{name}_loss": m["loss"], f"{name}_accuracy": m["accuracy"]}
-    if name == "time":
-      pred = apply(PretrainHeads.token_logits, name, self._per_token(z))[..., 0].astype(jnp.float32)
-      where = views["real"].astype(jnp.float32)
-      error = jnp.abs(pred - batch["time_deltas"])
-      n = where.sum()
-      # "Accuracy": the delta to within half a unit, so that the checkpoint can be selected on it.
-      return ((error * where).sum() / jnp.maximum(n, 1.0),
-              {"time_loss": ((error * where).sum(), n),
-               "time_accuracy": (((error < 0.5) * where).sum(), n)})
-    pooled = pool(z, mask, self.pooling)
-    valid = batch["weights"] > 0
-    if name == "contrastive":
-      return self._info_nce(apply(PretrainHeads.project, pooled),
-                            apply(PretrainHeads.project, pool(z2, mask, self.pooling)), valid)
-    raise ValueError(f"Unknown composite loss {name!r}; known: {ALL_LOSSES + (PROBE,)}.")
+    apply = lambda method, *args: self.heads.apply({"params": head_params}, *args,
+                                                   method=getattr(PretrainHeads, method))
+    if name not in TABLE:
+      raise ValueError(f"Unknown composite loss {name!r}; known: {ALL_LOSSES + (PROBE,)}.")
+    return TABLE[name].loss(self, z, mask, apply, views, batch, z2)
+
+  def loss_grads(self, name: str, z, mask, head_params, views: dict, batch: dict, *, z2=None):
+    """(loss, metrics, dL/dz, dL/d head_params) of loss `name` (or the probe, PROBE) on z: the one
+    per-loss gradient the step and the alignment analysis (analysis/grap_alignment.py) both take."""
+    fn = lambda z_, h: self.head_loss(name, z_, mask, h, views, batch, z2=z2)
+    (loss, metrics), (gz, gh) = jax.value_and_grad(fn, argnums=(0, 1), has_aux=True)(z, head_params)
+    return loss, metrics, gz, gh
 
   def probe_loss(self, z, mask, probe_params, views: dict, batch: dict):
     """The probe's (mean loss, {metric: sums}) on the labelled examples of the batch. A token probe
@@ -475,7 +317,7 @@ class Composite(Objective):
     labels = batch["labels"]
     if self.probe_module.kind == "token_mlp":
       logits = self.probe_module.apply({"params": probe_params},
-                                       self._per_token(z)).astype(jnp.float32)
+                                       self.per_token(z)).astype(jnp.float32)
       tokens = views["real"] * w[:, None]
       ce = optax.softmax_cross_entropy_with_integer_labels(
           logits, jnp.broadcast_to(labels[:, None], logits.shape[:2]))
@@ -491,21 +333,6 @@ class Composite(Objective):
     return ((ce * w).sum() / jnp.maximum(n, 1.0),
             {f"{PROBE}_loss": ((ce * w).sum(), n), f"{PROBE}_accuracy": (correct, n)})
 
-  def _info_nce(self, u, v, valid):
-    """Symmetric InfoNCE between views; rows/columns of padding examples are left out."""
-    u = u / jnp.maximum(jnp.linalg.norm(u, axis=-1, keepdims=True), 1e-6)
-    v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-6)
-    sim = (u @ v.T).astype(jnp.float32) / self.temperature
-    sim = jnp.where(valid[None, :] & valid[:, None], sim, -1e9)
-    labels = jnp.arange(sim.shape[0])
-    w = valid.astype(jnp.float32)
-    ce = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(sim, labels)
-                + optax.softmax_cross_entropy_with_integer_labels(sim.T, labels))
-    n = w.sum()
-    correct = ((sim.argmax(-1) == labels) * w).sum()
-    return ((ce * w).sum() / jnp.maximum(n, 1.0),
-            {"contrastive_loss": ((ce * w).sum(), n), "contrastive_accuracy": (correct, n)})
-
   # ---- steps
   def train_grads(self, params, state, batch, rng):
     """One composite step's gradients (the module docstring): one backward through the encoder
@@ -514,21 +341,16 @@ class Composite(Objective):
     `weighted_loss` = Σ λ_i L_i with the coefficients the encoder's step applies."""
     view_rng, drop1, drop2, weight_rng = jax.random.split(rng, 4)
     views = self.views(view_rng, batch)
-    contrastive = "contrastive" in self.losses
+    two_views = "view2" in views
     # z is computed once; its VJP is the single backward pass through the encoder.
     z, encoder_vjp, mask = jax.vjp(
         lambda p: self.encode(p, views["view1"], train=True, rng=drop1), params["encoder"],
         has_aux=True)
     z2 = (jax.lax.stop_gradient(self.encode(params["encoder"], views["view2"], train=True,
-                                            rng=drop2)[0]) if contrastive else None)
+                                            rng=drop2)[0]) if two_views else None)
 
-    def head(name):
-      fn = lambda z_, h: self.head_loss(name, z_, mask, h, views, batch, z2=z2)
-      (loss, metrics), (gz, gh) = jax.value_and_grad(fn, argnums=(0, 1), has_aux=True)(
-          z, params[HEADS])
-      return loss, metrics, gz, gh
-
-    per_loss = [head(name) for name in self.losses]
+    per_loss = [self.loss_grads(name, z, mask, params[HEADS], views, batch, z2=z2)
+                for name in self.losses]
     losses = jnp.stack([r[0] for r in per_loss])
     metrics = {k: v for r in per_loss for k, v in r[1].items()}
     down_z = has_down = probe_grads = None
@@ -558,7 +380,7 @@ class Composite(Objective):
     views = self.views(rng, batch)
     z, mask = self.encode(params["encoder"], views["view1"], train=False, rng=rng)
     z2 = (self.encode(params["encoder"], views["view2"], train=False, rng=rng)[0]
-          if "contrastive" in self.losses else None)
+          if "view2" in views else None)
     metrics = {}
     for name in self.losses + ((PROBE,) if self.probe_shared else ()):
       metrics.update(self.head_loss(name, z, mask, params[HEADS], views, batch, z2=z2)[1])
@@ -615,74 +437,3 @@ class Composite(Objective):
       out["grap"] = grap_report(self.losses, rows, self.final_probe_accuracy(phase_dir), chance)
       logging.info("[%s] %s", phase, out["grap"]["verdict"])
     return out
-
-
-def grap_report(losses, rows: list[dict], probe_accuracy: float | None, chance: float) -> dict:
-  """results.json's `grap`: the precondition (the probe's validation accuracy against chance +
-  PRECONDITION_MARGIN) and, when it holds, the weight verdict: each loss's normalised weight as the
-  median over the last quarter of the 'weights' rows, relative to the largest; whether the useless
-  losses (USELESS) are below 5% of it and every other loss keeps at least 30% (the
-  redundancy test of docs/grap.md)."""
-  steps = [r["step"] for r in rows]
-  tail = [r for r in rows if r["step"] > 0.75 * max(steps)] if rows else []
-  median = {n: float(np.median([r[n] for r in tail])) for n in losses} if tail else {}
-  largest = max(median.values()) if median else 0.0
-  relative = {n: v / largest for n, v in median.items()} if largest > 0 else {}
-  useless = [n for n in losses if n in USELESS]
-  useful = [n for n in losses if n not in USELESS]
-  report = {"probe_val_accuracy": probe_accuracy, "chance": chance,
-            "margin": PRECONDITION_MARGIN, "median_weight_last_quarter": median,
-            "relative_weight": relative}
-  if probe_accuracy is None:
-    report.update(applicable=None, verdict="GraP precondition not measured (no latest checkpoint)")
-    return report
-  report["applicable"] = probe_accuracy >= chance + PRECONDITION_MARGIN
-  if not report["applicable"]:
-    report["verdict"] = (f"{NOT_APPLICABLE}: probe validation accuracy {probe_accuracy:.3f} < "
-                         f"chance {chance:.3f} + {PRECONDITION_MARGIN:.2f}")
-    return report
-  report["useless_below_5pct"] = (all(relative[n] < 0.05 for n in useless) if useless and relative
-                                  else None)
-  report["useful_above_30pct"] = (all(relative[n] >= 0.3 for n in useful) if useful and relative
-                                  else None)
-  shares = ", ".join(f"{n} {relative[n]:.3f}" for n in losses) if relative else "no weight rows"
-  report["verdict"] = (f"GraP weights (median of the last quarter, relative to the largest): "
-                       f"{shares}; probe validation accuracy {probe_accuracy:.3f} (chance "
-                       f"{chance:.3f})")
-  return report
-
-
-def weight_row(losses, info) -> dict[str, float]:
-  """One metrics.jsonl row of split 'weights': `<loss>` = reported weight, `<key>_<loss>` others."""
-  row = {}
-  for key, vector in info.items():
-    for name, value in zip(losses, np.asarray(vector).reshape(-1)):
-      row[name if key == "weight" else f"{key}_{name}"] = float(value)
-  return row
-
-
-def read_weight_rows(phase_dir: str) -> list[dict]:
-  path = os.path.join(phase_dir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == "weights"]
-
-
-class WeightsReporter:
-  """Keeps every `log_every`-th step's weighting info and writes it as 'weights' rows at each log."""
-
-  def __init__(self, losses, log_every: int, steps: int, writer):
-    self.losses, self.log_every, self.steps, self.writer = losses, log_every, steps, writer
-    self.pending = []
-
-  def after_step(self, step: int, info) -> None:
-    if step % self.log_every == 0 or step == self.steps:
-      self.pending.append((step, info))
-
-  def on_log(self, step: int):
-    rows = [(s, weight_row(self.losses, jax.device_get(i))) for s, i in self.pending]
-    self.pending.clear()
-    for s, row in rows:
-      self.writer.write(s, "weights", row)
-    return {"w": "/".join(f"{rows[-1][1][n]:.2f}" for n in self.losses)} if rows else None
