@@ -4,12 +4,17 @@ r"""LRA Image (CIFAR-10, grayscale, 1024 pixels as continuous 2-channel inputs; 
   python main.py --config=configs/image_scratch.py:smoke --workdir=/tmp/image_scratch_smoke
 
 Data: TFDS cifar10 prepared in array_record format under --config.data.data_dir; val = last 10% of train.
-Hyperparameters: Amos et al., "Never Train from Scratch" (ICLR 2024), as in
-docs/configs.md#image, row by row with the source of each value (spt_jax/lra_table.py: the paper
-for masking rates and learning rates, their code at file:line for the rest).
+Hyperparameters: the fine-tuning phase of configs/image_spt.py (Amos et al.'s settings,
+each with its source there; docs/configs.md#image), so the two runs differ only in the
+initialisation.
 """
 from spt_jax import config_lib
 
 
 def get_config(arg=None):
-  return config_lib.lra_config("image", with_spt=False, arg=arg)
+  config_lib.parse_variants(arg, ("smoke",), "configs/image_scratch.py")
+  config = config_lib.load_config("configs/image_spt.py" + (f":{arg}" if arg else ""))
+  config.phases = "finetune"
+  del config.pretrain
+  config.finetune.init_from.source = ""  # a random initialisation
+  return config

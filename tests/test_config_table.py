@@ -1,14 +1,17 @@
-"""docs/configs.md is generated from the LRA configs; a config that drifts from it (or from the sourced
-table in spt_jax/lra_table.py) fails here, so a changed default is a visible change to the docs."""
+"""docs/configs.md is generated from the LRA configs; a config that drifts from it (or from Amos et
+al.'s published settings in tests/lra_published.py) fails here, so a changed default is a visible
+change to the docs."""
 import os
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import lra_published
 from conftest import load_script
-from spt_jax import config_lib, lra_table, optim
+from spt_jax import config_lib, optim
 from spt_jax.models import transformer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,15 +40,43 @@ def test_a_config_that_drifts_from_the_table_is_named():
       "pathfinder", script.configs("pathfinder")[0], scratch))
 
 
-@pytest.mark.parametrize("task", list(config_lib.LRA_DATA))
+@pytest.mark.parametrize("task", list(lra_published.TASKS))
+def test_every_config_holds_the_published_values(task):
+  script = _script()
+  spt, scratch = script.configs(task)
+  assert script.check_table_matches(task, spt) == []
+  assert script.check_scratch_matches(task, spt, scratch) == []
+  published = spt.model.num_heads
+  spt.model.num_heads = published * 2
+  assert script.check_table_matches(task, spt) == [
+      f"configs/{task}_spt.py: config.model.num_heads={published * 2}, the table says {published}"]
+
+
+@pytest.mark.parametrize("task", list(lra_published.TASKS))
 def test_every_table_entry_names_a_source(task):
-  for key, entry in lra_table.TASKS[task].items():
+  for key, entry in lra_published.TASKS[task].items():
     assert entry.source, (task, key)
+
+
+_FILE_LINE = re.compile(r"[\w./-]+\.(?:py|yaml|md):[\d,-]+")
+
+
+@pytest.mark.parametrize("task", list(lra_published.TASKS))
+def test_every_published_source_is_cited_in_the_config_file(task):
+  """The comments beside a config's values name the same file:line as the published table."""
+  with open(os.path.join(ROOT, "configs", f"{task}_spt.py")) as f:
+    text = f.read()
+  entries = {key.format(phase=phase): entry for key, entry in lra_published.COMMON.items()
+             for phase in ("pretrain", "finetune")}
+  entries.update(lra_published.TASKS[task])
+  missing = [(key, ref) for key, entry in entries.items()
+             for ref in _FILE_LINE.findall(f"{entry.source} {entry.note}") if ref not in text]
+  assert not missing, f"configs/{task}_spt.py cites none of: {missing}"
 
 
 def test_issue_rows_hold_value_by_value():
   """The differences the LRA-config review found, each now equal to Amos et al.'s value."""
-  cfg = {t: config_lib.lra_config(t, with_spt=True) for t in config_lib.LRA_DATA}
+  cfg = {t: config_lib.load_config(f"configs/{t}_spt.py") for t in lra_published.TASKS}
   for task, c in cfg.items():
     wd = 0.1 if task == "text" else 0.0
     assert (c.pretrain.weight_decay, c.finetune.weight_decay) == (wd, wd), task

@@ -30,7 +30,7 @@ LAYERS = (
     # One phase from config to results.
     ("trainer", ("spt_jax.train", "spt_jax.preflight", "spt_jax.stopping")),
     # Config builders and validation: each section is checked by the module that owns it.
-    ("config", ("spt_jax.config_lib", "spt_jax.lra_table")),
+    ("config", ("spt_jax.config_lib",)),
     # What a phase optimises: losses, heads, masking, loss weighting.
     ("objectives", ("spt_jax.objectives.*", "spt_jax.grap", "spt_jax.masking")),
     # Models, task data, checkpoints, parameter handling, optimiser, metric files, theory models.

@@ -1,7 +1,7 @@
-"""Amos et al.'s LRA Transformer settings ("Never Train from Scratch", ICLR 2024), value by value,
-each with where it comes from. `config_lib.lra_config` builds every `configs/<task>_{spt,scratch}.py`
-from this table and `scripts/config_table.py` prints docs/configs.md from those configs, so a value
-here is a value of the configs and of the documented table.
+"""Amos et al.'s published LRA Transformer settings ("Never Train from Scratch", ICLR 2024), value
+by value, each with where it comes from: what every `configs/<task>_spt.py` must hold.
+tests/test_config_table.py fails when a config value drifts from its entry here, and
+`scripts/config_table.py` prints docs/configs.md from the configs with these sources.
 
 Sources: the paper's appendix C for masking rates and learning rates (the code's `*-mlm.yaml` files
 ship `mlm_prob: 0.0` and `lr: 0.05` for several tasks, both overridden on the command line), and the
