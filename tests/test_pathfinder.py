@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from spt_jax.data import pathfinder
+from spt_jax.data import pathfinder, pathfinder_generator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -163,7 +163,7 @@ def test_cache_name_and_spec_validation(monkeypatch):
     pathfinder.GeneratorSpec(dash_thickness=0.75)
   with pytest.raises(ValueError, match="padding"):
     pathfinder.GeneratorSpec(padding=0)
-  monkeypatch.setattr(pathfinder, "_TARGET_TRIES", 50)  # Failing takes every try; keep it short.
+  monkeypatch.setattr(pathfinder_generator, "_TARGET_TRIES", 50)  # Failing takes every try: few.
   # Seeds 2 * 20 px from every border of a 32x32 image: there is no room for the first target.
   with pytest.raises(RuntimeError, match="leave no room"):
     pathfinder.render(pathfinder.GeneratorSpec(seed_distance=20), np.random.default_rng(0))

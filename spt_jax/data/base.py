@@ -2,9 +2,9 @@
 
 A task is one module of spt_jax/data (listops.py, synthetic.py, text.py, retrieval.py, image.py,
 pathfinder.py) ending in `TASK = Task(...)`: its config section's defaults, its smoke sizes, its
-loader and its signature. spt_jax/data/tasks.py is the table of them. A token task generated in
-memory from a dataclass of its settings (synthetic.py, markov_events.py) gets all four from
-`generated_task`.
+loader and its signature, and for data a user downloads, the check of those files.
+spt_jax/data/tasks.py is the table of them. A token task generated in memory from a dataclass of
+its settings (synthetic.py, markov_events.py) gets the first four from `generated_task`.
 """
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ class Task:
   masked_ceiling       optional, for generated data whose grammar is known: masked_ceiling(targets)
                        → per masked position (nats, accuracy) of the best prediction a model can
                        make from the grammar (analysis/reference_levels.py); None: unknown
+  check                optional, for data a user downloads: check(data_dir, **options) → a
+                       checks.Report on the files under data_dir, read with the loader's own
+                       parsers (`python -m spt_jax.data.prepare`). The options are the command
+                       line's and a variant's settings (resolution, difficulty, images, build); a
+                       check takes those it knows and ignores the rest. None: nothing to check
+  variants             other names the task goes by, each with the settings that make it that
+                       variant ({'pathx': {'resolution': 128}}): config(**settings) is its
+                       `config.data`, and prepare passes them to check
   """
   name: str
   config: Callable[..., Any]
@@ -57,6 +65,9 @@ class Task:
   signature: Callable[[Any], dict]
   smoke: Callable[[Any], dict]
   masked_ceiling: Callable[[Any], tuple[Any, Any]] | None = None
+  check: Callable[..., Any] | None = None
+  # Left out of the hash, so that a Task stays hashable.
+  variants: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict, hash=False)
 
 
 def check_local(key: str, path: str) -> None:

@@ -111,4 +111,13 @@ def smoke(cfg) -> dict:
   return {"data": dict(), "model": LRA_SMOKE_MODEL, "phase": lra_smoke_phase()}
 
 
-TASK = Task("image", data_config, load, signature, smoke)
+TFDS = text.TfdsDataset(
+    title="Image", name=TFDS_NAME, host=("www.cs.toronto.edu", 443),
+    full_sizes={"train": 50_000, "test": 10_000},
+    splits={"train": ("train", f"TFDS train[:{TRAIN_PERCENT}%]"),
+            "val": ("train", f"the last {100 - TRAIN_PERCENT}% of TFDS train (LRA)"),
+            "test": ("test", "TFDS test")},
+    load_split=lambda split, data_dir: load_split(split, data_dir=data_dir),
+    num_classes=NUM_CLASSES)
+
+TASK = Task("image", data_config, load, signature, smoke, check=TFDS.check)

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from spt_jax.data import DATA_DIR_HINT
+from spt_jax.data import DATA_DIR_HINT, checks
 from spt_jax.data.base import SMOKE_PHASE, Task, TaskData, data_root
 from spt_jax.data.vocab import PAD_ID, Vocabulary
 
@@ -29,6 +29,9 @@ END = "]"
 VOCAB = Vocabulary(tokens=OPERATORS + (END,) + tuple(str(d) for d in range(10)))
 SPLITS = ("train", "val", "test")
 SUBDIR = "listops-1000"
+# Examples per split of the published files (LRA's generator defaults): a check reports another
+# count as a note, not a refusal.
+RELEASE_SIZES = {"train": 96_000, "val": 2_000, "test": 2_000}
 
 _MIN, _MAX, _MED, _SM = OPERATORS
 _VALUES = range(10)
@@ -433,4 +436,37 @@ def masked_ceiling(targets):
   return np.log(choices), 1.0 / choices
 
 
-TASK = Task("listops", data_config, load, signature, smoke, masked_ceiling=masked_ceiling)
+def check_files(data_dir: str, **_) -> checks.Report:
+  """The release's ListOps files under data_dir, read with the loader's parser and tokeniser."""
+  cfg = data_config()
+  report = checks.Report(f"ListOps (LRA release) under {data_dir}")
+  root = checks.locate(report, data_dir, SUBDIR, "lra_release/listops-1000/")
+  if root is None:
+    return report
+  for split in SPLITS:
+    path = split_path(root, split)
+    if not os.path.isfile(path):
+      report.add(checks.ERROR, f"{path}: missing (the loader reads basic_{{train,val,test}}.tsv).")
+      continue
+    try:
+      arrays = load_split(root, split, cfg.max_length)
+    except ValueError as e:
+      report.add(checks.ERROR, str(e))
+      continue
+    count = len(arrays["labels"])
+    if not count:
+      report.add(checks.ERROR, f"{path}: no examples after the header.")
+      continue
+    longest = int((arrays["inputs"] != PAD_ID).sum(axis=1).max())
+    report.add(checks.OK, f"{path}: {count:,} examples after the header 'Source\\tTarget' (as the "
+                          f"loader expects), up to {longest:,} tokens (max_length "
+                          f"{cfg.max_length})")
+    checks.final_newline(report, path)
+    if count != RELEASE_SIZES[split]:
+      report.add(checks.NOTE, f"{path}: the release's file has {RELEASE_SIZES[split]:,} examples.")
+  report.flags = [checks.flag("data_dir", os.path.abspath(root))]
+  return report
+
+
+TASK = Task("listops", data_config, load, signature, smoke, masked_ceiling=masked_ceiling,
+            check=check_files)

@@ -21,7 +21,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from spt_jax.data import text
+from spt_jax.data import checks, text
 from spt_jax.data.base import LRA_SMOKE_MODEL, Task, TaskData, lra_smoke_phase
 from spt_jax.data.vocab import BYTE_VOCAB
 
@@ -136,4 +136,33 @@ def smoke(cfg) -> dict:
           "phase": lra_smoke_phase(batch_size=2)}
 
 
-TASK = Task("retrieval", data_config, load, signature, smoke)
+def check_files(data_dir: str, **_) -> checks.Report:
+  """The release's AAN files under data_dir, every row parsed as the loader parses it."""
+  report = checks.Report(f"Retrieval (AAN pairs, LRA release) under {data_dir}")
+  root = checks.locate(report, data_dir, SUBDIR, "lra_release/lra_release/tsv_data/")
+  if root is None:
+    return report
+  for split in SPLITS:
+    path = os.path.join(root, SUBDIR, file_name(split))
+    if not os.path.isfile(path):
+      report.add(checks.ERROR, f"{path}: missing (the loader reads "
+                               f"new_aan_pairs.{{train,eval,test}}.tsv; `val` is the eval file).")
+      continue
+    try:
+      # Documents cut to 1 byte: the checks are the loader's, without holding the texts.
+      _, labels = _read_rows(path, 1)
+    except ValueError as e:
+      message = str(e)
+      if f"{path}:1: label" in message:
+        message += (" The AAN files have no header line: the loader reads line 1 as a pair.")
+      report.add(checks.ERROR, message)
+      continue
+    positive = sum(labels)
+    report.add(checks.OK, f"{path}: {len(labels):,} pairs, no header (as the loader expects), "
+                          f"{positive:,} labelled 1 and {len(labels) - positive:,} labelled 0")
+    checks.final_newline(report, path)
+  report.flags = [checks.flag("data_dir", os.path.abspath(root))]
+  return report
+
+
+TASK = Task("retrieval", data_config, load, signature, smoke, check=check_files)

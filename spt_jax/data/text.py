@@ -10,19 +10,20 @@ TFDS datasets are read in either of the formats `tfds build` writes, without Ten
 TFDS's own numpy parser), and `array_record` through `builder.as_data_source`. Loading never
 downloads: a dataset that is not prepared raises FileNotFoundError saying how to prepare it
 (`python -m spt_jax.data.prepare --task=text --data_dir=DIR` checks one). The TFDS helpers here are
-shared with `image.py`.
+shared with `image.py`, the check of a TFDS dataset (`TfdsDataset`) included.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from absl import logging
 import ml_collections
 import numpy as np
 
-from spt_jax.data import tfrecord
+from spt_jax.data import checks, tfrecord
 from spt_jax.data.vocab import BYTE_VOCAB, PAD_ID
 from spt_jax.data.base import LRA_SMOKE_MODEL, Task, TaskData, lra_smoke_phase
 
@@ -134,6 +135,75 @@ def _not_readable_reason(builder: Any) -> str | None:
   return None
 
 
+def tfds_root(data_dir: str, name: str) -> str | None:
+  """The TFDS data_dir holding `name`/: data_dir, a directory above it (if data_dir is inside the
+  dataset) or below it; None if none has it."""
+  parts = os.path.abspath(data_dir).split(os.sep)
+  if name in parts:
+    return os.sep.join(parts[:len(parts) - 1 - parts[::-1].index(name)]) or os.sep
+  roots = checks.find_dirs(data_dir, name, max_depth=2)
+  return roots[0] if roots else None
+
+
+# eq=False: hashed by identity, as the Task holding its bound `check` must be hashable.
+@dataclasses.dataclass(frozen=True, eq=False)
+class TfdsDataset:
+  """A TFDS dataset a task reads, as its check (`python -m spt_jax.data.prepare`) sees it."""
+  title: str  # The task, as the report names it.
+  name: str
+  host: tuple[str, int]  # Where TFDS's builder downloads from: probed before `tfds build` runs.
+  full_sizes: dict[str, int]  # Examples per TFDS split of the whole dataset; fewer is a note.
+  splits: dict[str, tuple[str, str]]  # {split checked: (the TFDS split read for it, what it is)}
+  load_split: Callable[[str, str], dict]  # (split, TFDS data_dir) → arrays, as the loader reads.
+  num_classes: int
+
+  def check(self, data_dir: str, *, build: Callable | None = None, **_) -> checks.Report:
+    """Every split read whole through the loader (every TFRecord CRC checked). A dataset not
+    prepared under data_dir is built there by build(self, data_dir) → None, or else the reason it
+    cannot be (a string), which the report gives with the command to run elsewhere."""
+    name = self.name
+    report = checks.Report(f"{self.title} (TFDS {name}) under {data_dir}")
+    root = tfds_root(data_dir, name)
+    if root is None or not tfds_builder(name, data_dir=root).is_prepared():
+      why = build(self, data_dir) if build else "building is off"
+      if why is not None:
+        report.add(checks.ERROR, f"{os.path.join(data_dir, name)}: TFDS {name} is not prepared "
+                                 f"there, and it cannot be built here: {why}. On a machine with "
+                                 f"network run `pip install tensorflow tensorflow-datasets && "
+                                 f"tfds build {name} --data_dir=<dir>`, copy <dir>/{name} into "
+                                 f"{data_dir}, and run this check again.")
+        return report
+      report.add(checks.NOTE, f"building TFDS {name} into {data_dir} (`tfds build {name} "
+                              f"--data_dir={data_dir}`)")
+      root = data_dir
+    builder = tfds_builder(name, data_dir=root)
+    info = builder.info
+    formats = sorted(f.value for f in info.available_file_formats()) or ["unset (TFRecord)"]
+    report.add(checks.NOTE, f"found {builder.data_dir}: version {info.version}, "
+                            f"format {', '.join(formats)}")
+    seen = set()
+    for split, (tfds_split, what) in self.splits.items():
+      # A TFDS split's size is noted once, with the first split cut from it.
+      first = tfds_split not in seen
+      seen.add(tfds_split)
+      try:
+        arrays = self.load_split(split, root)
+      except (FileNotFoundError, ValueError, tfrecord.TFRecordError) as e:
+        report.add(checks.ERROR, str(e))
+        continue
+      counts = np.bincount(arrays["labels"], minlength=self.num_classes)
+      report.add(checks.OK if len(arrays["labels"]) else checks.ERROR,
+                 f"{split}: {len(arrays['labels']):,} examples from {what}, every record read "
+                 f"(labels: {', '.join(map(str, counts.tolist()))})")
+      full = self.full_sizes[tfds_split]
+      total = info.splits[tfds_split].num_examples
+      if first and total != full:
+        report.add(checks.NOTE, f"TFDS {name} {tfds_split}: {total:,} examples; the full dataset "
+                                f"has {full:,}.")
+    report.flags = [checks.flag("data_dir", os.path.abspath(root))]
+    return report
+
+
 def as_bytes(text: Any) -> bytes:
   """A TFDS Text value as UTF-8 bytes (real data sources give bytes; mocked ones give str)."""
   if isinstance(text, np.ndarray):
@@ -190,4 +260,13 @@ def smoke(cfg) -> dict:
   return {"data": dict(max_length=256), "model": LRA_SMOKE_MODEL, "phase": lra_smoke_phase()}
 
 
-TASK = Task("text", data_config, load, signature, smoke)
+TFDS = TfdsDataset(
+    title="Text", name=TFDS_NAME, host=("ai.stanford.edu", 80),
+    full_sizes={"train": 25_000, "test": 25_000},
+    # `val` is LRA's second reading of `test`, so test is checked once.
+    splits={"train": ("train", "TFDS train"), "test": ("test", "TFDS test (also val, as LRA)")},
+    # Reviews cut to 16 bytes: every record is still read and parsed, without holding the texts.
+    load_split=lambda split, data_dir: load_split(split, max_length=16, data_dir=data_dir),
+    num_classes=NUM_CLASSES)
+
+TASK = Task("text", data_config, load, signature, smoke, check=TFDS.check)

@@ -242,7 +242,8 @@ class _LegacyStream:
 def cmd_exact(a) -> None:
   snakes, snakes2 = _import_original(a.src)
   sys.path.insert(0, ROOT)
-  from spt_jax.data import pathfinder  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from spt_jax.data import pathfinder_generator as generator
   del snakes
   with tempfile.TemporaryDirectory() as tmp:
     for directory, contour_length in DIFFICULTIES:
@@ -253,10 +254,10 @@ def cmd_exact(a) -> None:
       _run_original(snakes2, _original_args(a.resolution, contour_length, path, a.num))
       labels = [int(row[3]) for row in np.load(os.path.join(path, "metadata", "0.npy"))]
       np.random.seed(a.seed + contour_length)
-      spec = pathfinder.GeneratorSpec(resolution=a.resolution, contour_length=contour_length)
+      spec = generator.GeneratorSpec(resolution=a.resolution, contour_length=contour_length)
       same = 0
       for i, label in enumerate(labels):
-        image, ours_label, _ = pathfinder.render(spec, _LegacyStream())
+        image, ours_label, _ = generator.render(spec, _LegacyStream())
         with Image.open(os.path.join(path, "imgs", "0", f"sample_{i}.png")) as png:
           same += ours_label == label and np.array_equal(image, np.asarray(png))
       print(f"exact pathfinder{a.resolution} {directory}: {same} of {len(labels)} images "
@@ -269,16 +270,17 @@ def cmd_exact(a) -> None:
 
 def cmd_ours(a) -> None:
   sys.path.insert(0, ROOT)
-  from spt_jax.data import pathfinder  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from spt_jax.data import pathfinder_generator as generator
   for directory, contour_length in DIFFICULTIES:
-    spec = pathfinder.GeneratorSpec(resolution=a.resolution, contour_length=contour_length,
+    spec = generator.GeneratorSpec(resolution=a.resolution, contour_length=contour_length,
                                     num_images=a.num, batch_size=a.num, seed=a.seed)
     start = time.perf_counter()
-    pathfinder.generate(spec, a.out, progress=False)
+    generator.generate(spec, a.out, progress=False)
     seconds = time.perf_counter() - start
-    path = pathfinder.difficulty_path(a.out, a.resolution, directory)
+    path = generator.difficulty_path(a.out, a.resolution, directory)
     records = []
-    for i, (image, _, info) in enumerate(pathfinder.iter_batch_info(spec, 0)):
+    for i, (image, _, info) in enumerate(generator.iter_batch_info(spec, 0)):
       with Image.open(os.path.join(path, "imgs", "0", f"sample_{i}.png")) as png:
         assert np.array_equal(image, np.asarray(png)), "render is not deterministic"
       records.append(dict(markers=info["markers"].tolist(),
@@ -291,13 +293,14 @@ def cmd_ours(a) -> None:
 
 def cmd_speed(a) -> None:
   sys.path.insert(0, ROOT)
-  from spt_jax.data import pathfinder  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from spt_jax.data import pathfinder_generator as generator
   for directory, contour_length in DIFFICULTIES:
-    spec = pathfinder.GeneratorSpec(contour_length=contour_length, num_images=a.num,
+    spec = generator.GeneratorSpec(contour_length=contour_length, num_images=a.num,
                                     seed=a.seed)
     with tempfile.TemporaryDirectory() as tmp:
       start, cpu = time.perf_counter(), time.process_time()
-      pathfinder.generate(spec, tmp, progress=False)
+      generator.generate(spec, tmp, progress=False)
       seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     # CPU time is what a busy machine's other work leaves alone (one thread throughout).
     print(f"speed pathfinder32 {directory}: {a.num} images in {seconds:.1f} s "
