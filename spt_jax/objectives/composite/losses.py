@@ -70,41 +70,36 @@ def _scored_tokens(name: str, comp, z, apply, targets, where):
   return loss, {f"{name}_loss": m["loss"], f"{name}_accuracy": m["accuracy"]}
 
 
-class Mlm(Loss):
-  """Masked-token cross-entropy on i.i.d. masked positions (rate `mask_rate`)."""
-  name = "mlm"
+class _MaskedTokens(Loss):
+  """Cross-entropy of the vocabulary head on the positions this loss masked in view 1."""
   masks_tokens = True
 
   @staticmethod
   def head(heads):
     return nn.Dense(heads.vocab_size)
+
+  @classmethod
+  def loss(cls, comp, z, mask, apply, views, batch, z2):
+    return _scored_tokens(cls.name, comp, z, apply, views["tokens"], views[cls.name])
+
+
+class Mlm(_MaskedTokens):
+  """Masked-token cross-entropy on i.i.d. masked positions (rate `mask_rate`)."""
+  name = "mlm"
 
   @staticmethod
   def mask(comp, rng, tokens):
     return masking.draw_mask(rng, tokens, comp.mask_rate)
 
-  @staticmethod
-  def loss(comp, z, mask, apply, views, batch, z2):
-    return _scored_tokens("mlm", comp, z, apply, views["tokens"], views["mlm"])
 
-
-class Span(Loss):
+class Span(_MaskedTokens):
   """Cross-entropy on contiguous masked spans (geometric lengths of mean `span_length`, covering
   about `span_rate` of the tokens)."""
   name = "span"
-  masks_tokens = True
-
-  @staticmethod
-  def head(heads):
-    return nn.Dense(heads.vocab_size)
 
   @staticmethod
   def mask(comp, rng, tokens):
     return masking.span_mask(rng, tokens, comp.span_rate, comp.span_length)
-
-  @staticmethod
-  def loss(comp, z, mask, apply, views, batch, z2):
-    return _scored_tokens("span", comp, z, apply, views["tokens"], views["span"])
 
 
 class Contrastive(Loss):
