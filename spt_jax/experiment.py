@@ -27,7 +27,7 @@ from spt_jax import config_lib, faults, init_from, param_groups, train, workdir_
 from spt_jax.analysis import attention as attention_analysis
 from spt_jax.data import base as data_base
 from spt_jax.data import tasks
-from spt_jax.models import transformer
+from spt_jax.models import positions, transformer
 from spt_jax.metric_writers import is_url, read_json, workdir_path, write_json
 
 
@@ -301,8 +301,9 @@ def check_transfer_compatible(config, names) -> None:
     elif a["vocab"] != b["vocab"]:
       problems.append(f"vocabularies differ ({len(a['vocab'])} tokens {a['vocab'][:5]}... vs "
                       f"{len(b['vocab'])} tokens {b['vocab'][:5]}...)")
-    if config.model.position == "learned" and a["max_length"] != b["max_length"]:
-      problems.append(f"learned position tables differ in length ({a['max_length']} vs "
+    encoding = positions.get(config.model.position)
+    if encoding.length_bound and a["max_length"] != b["max_length"]:
+      problems.append(f"{encoding.name} position tables differ in length ({a['max_length']} vs "
                       f"{b['max_length']}); use position='sinusoidal' or equal lengths")
     if problems:
       raise ValueError(f"Phase {name!r} cannot start from phase {source!r}: {a['task']} data "

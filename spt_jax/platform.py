@@ -306,8 +306,10 @@ AUTO_CPU_BLOCK = 128
 # does not go there), a head dimension that is a multiple of 8 and at most 128 (256 from Hopper on;
 # 128 holds on every CUDA GPU). Of spt-jax's masks it takes key padding as per-example lengths
 # (SequenceModel pads at the end, which is what lengths describe) and the causal mask natively;
-# RoPE acts on q and k before any implementation. Not attention dropout (only dense has it), and
-# ALiBi only as an explicit [1, H, L, L] bias operand (quadratic memory, even lengths in training).
+# a rotation of q and k (RoPE) acts before any implementation. Not attention dropout (only dense has
+# it), and a position bias on the scores (ALiBi's, a learned one) only as an explicit [1, H, L, L]
+# bias operand (quadratic memory, even lengths in training): the encodings whose `fused_kernel` flag
+# is off (spt_jax/models/positions.py).
 CUDNN_DTYPES = ("bfloat16", "float16")
 CUDNN_MAX_HEAD_DIM = 128
 
@@ -321,9 +323,12 @@ class AttentionChoice:
   reason: str
 
 
-def cudnn_unsupported(dtype: str, head_dim: int | None, alibi: bool) -> str | None:
+def cudnn_unsupported(dtype: str, head_dim: int | None, alibi: bool = False, *,
+                      position=None) -> str | None:
   """Why cuDNN's fused attention cannot run a model exactly as configured, or None if it can
-  (`CUDNN_DTYPES` above: dropout is checked by the caller)."""
+  (`CUDNN_DTYPES` above: dropout is checked by the caller). `position`: the model's position
+  encoding (models/positions.py; this module only reads its flags); `alibi=True` says the same of
+  an ALiBi model for a caller that has no encoding at hand."""
   if dtype not in CUDNN_DTYPES:
     return f"cuDNN runs {'/'.join(CUDNN_DTYPES)} only and the compute dtype is {dtype}"
   if head_dim is None:
@@ -331,24 +336,27 @@ def cudnn_unsupported(dtype: str, head_dim: int | None, alibi: bool) -> str | No
   if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
     return (f"cuDNN needs a head dimension that is a multiple of 8 and at most "
             f"{CUDNN_MAX_HEAD_DIM}, and it is {head_dim}")
+  if position is not None and not position.fused_kernel:
+    return f"{position.title} would reach cuDNN as an L×L bias array, not a mask"
   if alibi:
     return "ALiBi would reach cuDNN as an L×L bias array, not a mask"
   return None
 
 
 def choose_auto_attention(length: int, dropout: bool, *, dtype: str = "float32",
-                          head_dim: int | None = None, alibi: bool = False,
+                          head_dim: int | None = None, alibi: bool = False, position=None,
                           backend: str | None = None) -> AttentionChoice:
   """What `implementation='auto'` runs for a model on `backend` (default: this process's,
   `backend_name`): on a CUDA GPU cuDNN's fused kernel where it supports the case, else dense; on
   the CPU blockwise from AUTO_CPU_MIN_LENGTH tokens; dense whenever attention dropout is active
   (only dense has it) and on every other backend (XLA fuses it there; a step that does not fit is
-  stopped before it runs with attention='blockwise' among the remedies, spt_jax/preflight.py)."""
+  stopped before it runs with attention='blockwise' among the remedies, spt_jax/preflight.py).
+  `alibi`, `position`: as in `cudnn_unsupported`."""
   backend = backend or backend_name()
   if dropout:
     return AttentionChoice("dense", None, "attention dropout is active and only dense has it")
   if backend in CUDA_BACKENDS:
-    why_not = cudnn_unsupported(dtype, head_dim, alibi)
+    why_not = cudnn_unsupported(dtype, head_dim, alibi, position=position)
     if why_not is None:
       return AttentionChoice("cudnn", None, f"CUDA GPU, {dtype}, head dimension {head_dim}: "
                                             f"cuDNN's fused kernel takes its key padding and "
@@ -368,6 +376,17 @@ def resolve_auto_attention(length: int, dropout: bool, **model) -> tuple[str, in
   return choice.implementation, choice.block_size
 
 
+def auto_attention(model_config, backend: str | None = None) -> AttentionChoice:
+  """What attention='auto' runs for `model_config` (a models.transformer.ModelConfig) on `backend`
+  (default: this process's): `choose_auto_attention` for the encoder's length and the model's
+  dropout, dtype, head dimension and position encoding. `specialise` and the preflight's remedies
+  (spt_jax/preflight.py) both ask this, so they cannot disagree."""
+  return choose_auto_attention(
+      model_config.encoder_length, model_config.dropout_rate > 0, dtype=model_config.dtype,
+      head_dim=model_config.d_model // model_config.num_heads, position=model_config.encoding,
+      backend=backend)
+
+
 _logged_choices: set[str] = set()
 
 
@@ -380,10 +399,7 @@ def specialise(model_config, backend: str | None = None):
   backend = backend or backend_name()
   changes = {"dot_general": dense_dot_general(backend)}
   if model_config.attention == "auto":
-    choice = choose_auto_attention(
-        model_config.encoder_length, model_config.dropout_rate > 0, dtype=model_config.dtype,
-        head_dim=model_config.d_model // model_config.num_heads,
-        alibi=model_config.alibi, backend=backend)
+    choice = auto_attention(model_config, backend)
     message = (f"attention='auto' runs {choice.implementation!r}"
                f"{f' (block {choice.block_size})' if choice.block_size else ''} for "
                f"L={model_config.encoder_length}: {choice.reason}.")

@@ -99,10 +99,9 @@ def remedies(config, name: str, length: int, devices: int) -> list[Remedy]:
     out.append(Remedy(f"--config.{name}.batch_size={batch // 2}", batch_scale=0.5))
   implementation, block = m.attention, m.attention_block_size
   if implementation == "auto":
-    implementation, block = platform.resolve_auto_attention(
-        length, m.dropout_rate > 0, dtype=m.dtype, head_dim=m.d_model // m.num_heads,
-        alibi=m.position in transformer.ALIBI_POSITIONS)
-    block = block or m.attention_block_size
+    # The platform's own choice for this model, as the trainer's `platform.specialise` made it.
+    choice = platform.auto_attention(transformer.from_section(m, max_length=length))
+    implementation, block = choice.implementation, choice.block_size or m.attention_block_size
   if implementation == "dense" and m.dropout_rate == 0:
     out.append(Remedy("--config.model.attention=blockwise",
                       _with(config, "model.attention", "blockwise"), note="exact, memory linear in L"))

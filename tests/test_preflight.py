@@ -105,6 +105,20 @@ def test_remedies_past_the_compile_budget_are_estimated_or_named():
   assert "not estimated (a compilation takes" in remat
 
 
+def test_remedies_follow_the_platforms_attention_choice(monkeypatch):
+  """attention='auto' is whatever `platform.auto_attention` chooses for the model, asked with the
+  ModelConfig the trainer builds, not worked out again here."""
+  config = load_config("listops_spt")
+  assert config.model.attention == "auto"
+  asked = []
+  for implementation, offered in (("dense", True), ("blockwise", False)):
+    monkeypatch.setattr(platform, "auto_attention", lambda cfg, backend=None, i=implementation: (
+        asked.append(cfg) or platform.AttentionChoice(i, None, "test")))
+    flags = [r.flag for r in preflight.remedies(config, "pretrain", 2000, 1)]
+    assert ("--config.model.attention=blockwise" in flags) == offered, flags
+  assert asked[0] == transformer.from_section(config.model, max_length=2000)
+
+
 def test_a_step_that_fits_passes(monkeypatch):
   memory = preflight.StepMemory(arguments=0, outputs=0, aliased=0, temporaries=2**30, devices=2)
   monkeypatch.setattr(platform, "available_memory", lambda devices: (3 * 2**30, "test memory"))

@@ -17,7 +17,6 @@ from absl import logging
 
 from spt_jax.data import pipeline
 from spt_jax.models import attention as attention_lib
-from spt_jax.models.transformer import RELATIVE_POSITIONS, sinusoidal_encoding
 
 
 # Implementations that compute exactly dense attention without keeping the weights: their maps are
@@ -49,7 +48,8 @@ def attention_maps(model, params, tokens) -> list[jax.Array]:
 
 def attention_logits(model, params, tokens) -> list[jax.Array]:
   """Per layer, [B, H, L, L] float32 scores that the softmax turns into `attention_maps`: q kᵀ/√d of
-  the rotated q and k (rope), with the ALiBi bias (alibi); padded keys at finfo.min."""
+  q and k as the position encoding leaves them (rotated: rope), with its bias on the scores (alibi,
+  a learned one); padded keys at finfo.min."""
   return _sown_by_layer(model, params, tokens, "attention_logits", "logits")
 
 
@@ -121,13 +121,15 @@ def position_codes(model, params, length: int) -> np.ndarray:
   the model's CLS token, whose position the maps drop too)."""
   cfg = model.cfg
   start = int(cfg.pooling == "cls")
-  if cfg.position == "sinusoidal":
-    table = sinusoidal_encoding(cfg.encoder_length, cfg.d_model)
-  elif cfg.position == "learned":
-    table = np.asarray(params["encoder"]["position_embedding"])
-  else:
+  table = cfg.encoding.codes(cfg, _position_params(model, params))
+  if table is None:
     raise ValueError(f"model.position={cfg.position!r} has no additive position codes.")
-  return table[start:start + length]
+  return np.asarray(table)[start:start + length]
+
+
+def _position_params(model, params) -> dict:
+  """The position encoding's own parameters in `params` (models/positions.py)."""
+  return model.cfg.encoding.saved_params(model.cfg, params["encoder"])
 
 
 def mean_by_offset(values: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,11 +182,11 @@ def grid_position_figures(model, params, tokens, mask, grid_width: int, out: str
   plot shows it split between i − j = ±1 and ±width."""
   mask = np.asarray(mask, bool)
   length = int(mask.sum(1).max())
-  if model.cfg.position in ("sinusoidal", "learned"):
+  if model.cfg.encoding.adds_codes:
     codes = position_codes(model, params, length)
     values = [position_interaction(params, layer, codes) for layer in range(model.cfg.num_layers)]
     pairs, what = np.ones((length, length), bool), f"(P W_Q)(P W_K)^T / sqrt(d), {model.cfg.position} P"
-  elif model.cfg.position in RELATIVE_POSITIONS:
+  elif model.cfg.encoding.in_attention:
     values = [np.asarray(l)[..., :length, :length] for l in attention_logits(model, params, tokens)]
     real = mask[:, :length]
     pairs, what = real[:, :, None] & real[:, None, :], f"mean attention logit, {model.cfg.position}"
@@ -224,9 +226,10 @@ def _interaction_figures(model, params, mask, out: str, title: str) -> list[dict
 
 
 def relative_bias(model, params, tokens, mask) -> list[dict]:
-  """Per layer, the effective relative bias of rope or alibi attention: each head's mean attention
-  logit over the real (query i, key j) pairs of `tokens` (mask [B, L]) with the same offset i − j;
-  for alibi also its explicit bias −m_h·|i − j| at those offsets, from the model's own rule.
+  """Per layer, the effective relative bias of an encoding that acts inside attention: each head's
+  mean attention logit over the real (query i, key j) pairs of `tokens` (mask [B, L]) with the same
+  offset i − j; for alibi also its explicit bias −m_h·|i − j| at those offsets, from the model's own
+  rule, and for a learned bias its trained values at those offsets (`learned_bias`).
 
   Logits, not log weights: the weights of distant keys underflow to 0 under a steep ALiBi slope.
   """
@@ -234,7 +237,7 @@ def relative_bias(model, params, tokens, mask) -> list[dict]:
   length = int(mask.sum(1).max())
   real = mask[:, :length]
   pairs = real[:, :, None] & real[:, None, :]
-  modifier = attention_lib.score_modifier(model.cfg)
+  modifier = attention_lib.score_modifier(model.cfg, _position_params(model, params))
   layers = []
   for logits in attention_logits(model, params, tokens):
     offsets, means = mean_by_offset(np.asarray(logits)[..., :length, :length], pairs)
@@ -243,6 +246,10 @@ def relative_bias(model, params, tokens, mask) -> list[dict]:
       explicit = np.asarray(modifier.bias(offsets, np.zeros(1, np.int32)))[..., 0]  # [H, offsets]
       for head, slope, bias in zip(heads, modifier.alibi, explicit):
         head.update(alibi_slope=slope, alibi_bias=bias)
+    elif modifier.learned_bias is not None:
+      explicit = np.asarray(modifier.bias(offsets, np.zeros(1, np.int32)))[..., 0]
+      for head, bias in zip(heads, explicit):
+        head.update(learned_bias=bias)
     layers.append({"offsets": offsets, "heads": heads})
   return layers
 
@@ -257,6 +264,9 @@ def _offset_panels(offsets, heads: list[dict], path: str, title: str) -> None:
       ax.plot(offsets, head["alibi_bias"], color="tab:red", linestyle="--",
               label="ALiBi bias −m|i−j|")
       ax.set_title(f"head {h}: m = {head['alibi_slope']:.3g}", fontsize=9)
+    elif "learned_bias" in head:
+      ax.plot(offsets, head["learned_bias"], color="tab:red", linestyle="--", label="learned bias")
+      ax.set_title(f"head {h}", fontsize=9)
     else:
       ax.set_title(f"head {h}", fontsize=9)
     ax.axvline(0, color="grey", linewidth=0.6)
@@ -277,7 +287,7 @@ def _relative_bias_figures(model, params, tokens, mask, out: str, title: str) ->
     _offset_panels(numbers["offsets"], numbers["heads"], os.path.join(out, name),
                    f"{title} layer {layer}: {model.cfg.position}, mean attention logit by offset "
                    f"over {len(tokens)} examples")
-    heads = [{k: _json_floats(v) if k in ("mean_logit", "alibi_bias") else float(v)
+    heads = [{k: _json_floats(v) if k in ("mean_logit", "alibi_bias", "learned_bias") else float(v)
               for k, v in head.items()} for head in numbers["heads"]]
     layers.append({"figure": name, "kind": "relative_bias",
                    "offsets": numbers["offsets"].tolist(), "heads": heads})
@@ -289,14 +299,17 @@ def position_figures(model, params, tokens, mask, out: str, title: str) -> list[
   (mask [B, L], True = real), and returns per layer the numbers they show (for metrics.json); []
   for position='none'.
 
-  sinusoidal, learned: `position_layer<l>.png`, `position_interaction` per head for the model's own
-    codes (the trained table for learned), and its mean per offset i − j.
-  rope, alibi: `relative_bias_layer<l>.png`, `relative_bias` per head (the mean logit per offset
-    i − j; for alibi with its explicit bias).
+  Codes added to the input (sinusoidal, learned): `position_layer<l>.png`, `position_interaction`
+    per head for the model's own codes (the trained table for learned), and its mean per offset
+    i − j.
+  Acting inside attention (rope, alibi, a learned bias): `relative_bias_layer<l>.png`,
+    `relative_bias` per head (the mean logit per offset i − j, with the explicit bias where there is
+    one).
   """
-  if model.cfg.position in ("sinusoidal", "learned"):
+  encoding = model.cfg.encoding
+  if encoding.adds_codes:
     return _interaction_figures(model, params, np.asarray(mask), out, title)
-  if model.cfg.position in RELATIVE_POSITIONS:
+  if encoding.in_attention:
     return _relative_bias_figures(model, params, tokens, mask, out, title)
   return []
 

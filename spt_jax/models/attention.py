@@ -22,11 +22,11 @@ and their softmax in float32 (dense and local accumulate q·kᵀ in float32, blo
 tiles and softmax statistics, cuDNN's fused kernel keeps its softmax statistics in float32), and
 casts the probabilities back to the compute dtype only for the product with v.
 
-Relative positions (`model.position`): 'rope' (and 'rope2d', by row and column) rotates q and k by
-their positions (`rotary`) before any implementation sees them; 'alibi' (and 'alibi2d', by grid
-distance) is a rule on scores, `ScoreModifier`, which every implementation applies to each tile it
-computes from the tile's query and key positions. So is `model.causal` (query i sees keys j <= i
-only), which blockwise and local also use to skip what it masks.
+Positions inside attention (`model.position`, declared in models/positions.py): an encoding may
+rotate q and k before any implementation sees them (`rotary` is RoPE's rotation) and put a rule on
+the scores, `ScoreModifier` (ALiBi's bias, or a bias with parameters), which every implementation
+applies to each tile it computes from the tile's query and key positions. So is `model.causal`
+(query i sees keys j <= i only), which blockwise and local also use to skip what it masks.
 """
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ class ScoreModifier:
   Each implementation hands every score tile it computes (dense: one L×L tile; blockwise: each
   block pair; local: each window) to `apply` with the absolute positions of the tile's queries and
   keys, so a rule is written once, as a function of positions, and blockwise and local never build it
-  as an L×L array. Frozen, hence hashable: blockwise's custom VJP takes it as a static argument.
+  as an L×L array. A pytree whose only leaves are `learned_bias`'s: blockwise's custom VJP takes it
+  as an argument and returns the bias parameters' gradient, and the rest is static.
 
   alibi: per-head slopes m_h (`alibi_slopes`); query i's score for key j gets −m_h·|i − j| (Press et
     al.'s bidirectional form; with `causal` only j <= i remain: the usual one-sided −m_h·(i − j)).
@@ -100,23 +101,39 @@ class ScoreModifier:
     the Euclidean one between the two pixels on the grid, √(Δrow² + Δcolumn²), instead of |i − j|.
   causal: query i sees keys j <= i only. Blockwise also skips the block pairs it rules out
     (`_block_pairs`) and local drops the next block from each window.
+  learned_bias: None, or a bias with parameters: a pytree (its leaves the parameters) called as
+    `learned_bias(q_pos, k_pos)` → float32 [..., H, cq, ck], like `bias`. Every implementation adds
+    it where it adds ALiBi's, and the parameters get gradients from each (blockwise: per block pair
+    in its backward).
   """
   alibi: tuple[float, ...] = ()
   causal: bool = False
   grid_width: int = 0
+  learned_bias: Any = None
+
+  @property
+  def biased(self) -> bool:
+    """Whether the rule adds to the scores (not only masks them)."""
+    return bool(self.alibi) or self.learned_bias is not None
 
   def bias(self, q_pos, k_pos) -> jax.Array:
-    """The additive part, [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck]; a
-    constant of the positions, so no gradient flows through it."""
+    """The additive part, [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck] (a
+    scalar 0 when the rule adds nothing); no gradient flows to the positions."""
     # jnp before the outer difference: with numpy positions it would become an L×L program constant.
     q_pos, k_pos = jnp.asarray(q_pos, jnp.int32), jnp.asarray(k_pos, jnp.int32)
-    if self.grid_width:
-      rows = q_pos[..., :, None] // self.grid_width - k_pos[..., None, :] // self.grid_width
-      cols = q_pos[..., :, None] % self.grid_width - k_pos[..., None, :] % self.grid_width
-      distance = jnp.sqrt((rows * rows + cols * cols).astype(jnp.float32))
-    else:
-      distance = jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]).astype(jnp.float32)
-    return -jnp.asarray(self.alibi, jnp.float32)[:, None, None] * distance[..., None, :, :]
+    total = None
+    if self.alibi:
+      if self.grid_width:
+        rows = q_pos[..., :, None] // self.grid_width - k_pos[..., None, :] // self.grid_width
+        cols = q_pos[..., :, None] % self.grid_width - k_pos[..., None, :] % self.grid_width
+        distance = jnp.sqrt((rows * rows + cols * cols).astype(jnp.float32))
+      else:
+        distance = jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]).astype(jnp.float32)
+      total = -jnp.asarray(self.alibi, jnp.float32)[:, None, None] * distance[..., None, :, :]
+    if self.learned_bias is not None:
+      learned = self.learned_bias(q_pos, k_pos)
+      total = learned if total is None else total + learned
+    return jnp.zeros((), jnp.float32) if total is None else total
 
   def apply(self, scores, q_pos, k_pos, key_mask, fill):
     """scores [..., H, cq, ck] with the rule applied, then keys where `key_mask` is False at `fill`.
@@ -124,7 +141,7 @@ class ScoreModifier:
     The bias goes before the padding `where`, so a padded key scores exactly `fill` as without
     positions (all-padding rows stay uniform). key_mask and fill broadcast against scores.
     """
-    if self.alibi:
+    if self.biased:
       scores = scores + self.bias(q_pos, k_pos)
     scores = jnp.where(key_mask, scores, fill)
     if self.causal:
@@ -135,13 +152,15 @@ class ScoreModifier:
     return scores
 
 
+jax.tree_util.register_dataclass(ScoreModifier, data_fields=["learned_bias"],
+                                 meta_fields=["alibi", "causal", "grid_width"])
 NO_MODIFIER = ScoreModifier()
 
 
-def score_modifier(cfg) -> ScoreModifier:
-  """The rule a ModelConfig's `position` and `causal` put on scores."""
-  return ScoreModifier(alibi=alibi_slopes(cfg.num_heads) if cfg.alibi else (),
-                       causal=cfg.causal, grid_width=cfg.grid_width if cfg.alibi else 0)
+def score_modifier(cfg, position_params=None) -> ScoreModifier:
+  """The rule a ModelConfig's position encoding (with its parameters `position_params`, as the
+  encoder creates them) and `causal` put on scores."""
+  return ScoreModifier(causal=cfg.causal, **cfg.encoding.score_rule(cfg, position_params or {}))
 
 
 # ------------------------------------------------------------------------------------------ dense
@@ -273,25 +292,27 @@ def _flash_forward(q, k, v, key_mask, length: int, block: int, modifier):
   return _unblocks((acc / l[..., None]).astype(q.dtype)), (m, jnp.log(l))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _flash(q, k, v, key_mask, length: int, block: int, modifier: ScoreModifier):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _flash(q, k, v, key_mask, modifier: ScoreModifier, length: int, block: int):
   return _flash_forward(q, k, v, key_mask, length, block, modifier)[0]
 
 
-def _flash_fwd(q, k, v, key_mask, length, block, modifier):
+def _flash_fwd(q, k, v, key_mask, modifier, length, block):
   out, stats = _flash_forward(q, k, v, key_mask, length, block, modifier)
   # O(L) residuals only: the backward recomputes each block's probabilities from the softmax stats.
-  return out, (q, k, v, key_mask, out, stats)
+  return out, (q, k, v, key_mask, modifier, out, stats)
 
 
-def _flash_bwd(length, block, modifier, residuals, d_out):
+def _flash_bwd(length, block, residuals, d_out):
   """FlashAttention-2's backward over the forward's block pairs, key-major (a key block's dK and dV
   tiles stay hot while its query blocks pass).
 
   dK and dV are accumulated transposed ([B, H, D, c]): dKᵀ = Qᵀ·dS and dVᵀ = dOᵀ·P then take the
-  score tiles as they come, where dK = dSᵀ·Q would need every dS tile transposed.
+  score tiles as they come, where dK = dSᵀ·Q would need every dS tile transposed. A learned bias's
+  parameters get Σ_batch dS of each tile through the bias function's own VJP, so whatever maps
+  positions to the bias is differentiated without an L×L array.
   """
-  q, k, v, key_mask, out, (row_max, log_sum) = residuals
+  q, k, v, key_mask, modifier, out, (row_max, log_sum) = residuals
   batch, padded, heads, dim = q.shape
   n = padded // block
   # Σ_k P·dP per query, the softmax Jacobian's correction term, from O and dO instead of P.
@@ -305,25 +326,34 @@ def _flash_bwd(length, block, modifier, residuals, d_out):
   masks, fills = _mask_blocks(key_mask, n), _fill_values(padded, length, block)
   positions = _block_positions(padded, block)
 
+  learned = modifier.learned_bias
+
   def pair(carry, ij):
-    dq, dk_t, dv_t = carry
+    dq, dk_t, dv_t, d_learned = carry
     i, j = ij
     s = _block_scores(q_b[i], k_t[j], masks[j], fills[j], positions[i], positions[j], modifier)
     p = jnp.exp(s - row_max[i][..., None] - log_sum[i][..., None])
     dv_t = dv_t.at[j].add(f32("bhdq,bhqk->bhdk", do_t[i], p.astype(do_t.dtype)))
     dp = f32("bhqd,bhdk->bhqk", do_b[i], v_t[j])
     # Masked scores are constants (`where`), so no gradient reaches them; this also keeps rows
-    # whose keys are all padding at the zero gradient that dense gives them. The position bias
-    # is a constant too: dS is the gradient of the q·k part alone.
+    # whose keys are all padding at the zero gradient that dense gives them. A fixed position bias
+    # is a constant too: dS is the gradient of the q·k part and of a learned bias alike.
     ds = jnp.where(masks[j][:, None, None, :], p * (dp - delta[i][..., None]), 0.0)
     dk_t = dk_t.at[j].add(f32("bhdq,bhqk->bhdk", q_t[i], ds.astype(q_t.dtype)))
-    return (dq.at[i].add(f32("bhqk,bhkd->bhqd", ds.astype(k_b.dtype), k_b[j])), dk_t, dv_t), None
+    if d_learned is not None:
+      _, pull = jax.vjp(lambda b: b(positions[i], positions[j]), learned)
+      d_learned = jax.tree.map(jnp.add, d_learned, pull(ds.sum(0))[0])
+    return (dq.at[i].add(f32("bhqk,bhkd->bhqd", ds.astype(k_b.dtype), k_b[j])), dk_t, dv_t,
+            d_learned), None
 
   zeros_t = jnp.zeros(k_t.shape, jnp.float32)
-  init = (jnp.zeros(q_b.shape, jnp.float32), zeros_t, zeros_t)
-  (dq, dk_t, dv_t), _ = jax.lax.scan(pair, init, _block_pairs(n, modifier.causal, key_major=True))
+  init = (jnp.zeros(q_b.shape, jnp.float32), zeros_t, zeros_t,
+          None if learned is None else jax.tree.map(jnp.zeros_like, learned))
+  (dq, dk_t, dv_t, d_learned), _ = jax.lax.scan(pair, init,
+                                                _block_pairs(n, modifier.causal, key_major=True))
   return (_unblocks(dq).astype(q.dtype), _unblocks(dk_t, transposed=True).astype(k.dtype),
-          _unblocks(dv_t, transposed=True).astype(v.dtype), None)
+          _unblocks(dv_t, transposed=True).astype(v.dtype), None,
+          dataclasses.replace(modifier, learned_bias=d_learned))
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -359,7 +389,7 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
   block = min(block_size, length)
   padded = -(-length // block) * block
   q, k, v = (_pad_length(x, padded) for x in (q * q.shape[-1] ** -0.5, k, v))
-  out = _flash(q, k, v, _pad_length(key_mask, padded, False), length, block, modifier)
+  out = _flash(q, k, v, _pad_length(key_mask, padded, False), modifier, length, block)
   return out[:, :length], None
 
 
@@ -428,9 +458,10 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   float16/bfloat16 only: float32 inputs are cast to bfloat16 and the output back to float32 (so
   attention='auto' never picks it for a float32 model); inside, the kernel accumulates the scores and
   keeps the softmax's running max and sum in float32. An example with no real key gets dense's answer
-  (the mean of all values; causal: of the values up to each query). ALiBi goes in as cuDNN's `bias`
-  operand, [1, H, L, L] in the compute dtype (the simple way: an L×L array, so 'auto' does not pick
-  cuDNN for ALiBi), and the causal mask as `is_causal`. Checked against dense, with padding, causal
+  (the mean of all values; causal: of the values up to each query). A position bias (ALiBi's, or a
+  learned one) goes in as cuDNN's `bias` operand, [1, H, L, L] in the compute dtype (the simple way:
+  an L×L array, so 'auto' does not pick cuDNN for an encoding that biases scores, one whose
+  `fused_kernel` flag is off), and the causal mask as `is_causal`. Checked against dense, with padding, causal
   mask and ALiBi, by tests/test_mixed_precision.py's `accelerator` tests on a CUDA GPU
   (benchmarks/accelerator_check.sh); no GPU has run them yet.
   """
@@ -438,7 +469,7 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Arra
   dtype = q.dtype if q.dtype in (jnp.float16, jnp.bfloat16) else jnp.bfloat16
   lengths = key_mask.sum(-1, dtype=jnp.int32)
   position = np.arange(q.shape[1])
-  bias = modifier.bias(position, position)[None].astype(dtype) if modifier.alibi else None
+  bias = modifier.bias(position, position)[None].astype(dtype) if modifier.biased else None
   # cuDNN leaves rows with zero keys undefined (we measured garbage of order 1e36 on an H200), so such
   # examples run with one key and are then replaced by dense's answer (`_uniform_rows`).
   out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias,
@@ -482,7 +513,9 @@ class MultiHeadAttention(nn.Module):
   cfg: Any  # models.transformer.ModelConfig: num_heads, dropout_rate, dtype, attention, ...
 
   @nn.compact
-  def __call__(self, x, key_mask, *, train: bool):
+  def __call__(self, x, key_mask, *, train: bool, position_params=None):
+    """`position_params`: the position encoding's parameters, which the encoder creates once and
+    hands to every layer."""
     cfg = self.cfg
     d_model, num_heads = x.shape[-1], cfg.num_heads
     if d_model % num_heads:
@@ -495,9 +528,8 @@ class MultiHeadAttention(nn.Module):
     # gradient is exactly zero and Adam would only turn float noise into lr-sized random steps.
     k = project(name="key", use_bias=False)(x)
     v = project(name="value")(x)
-    if cfg.rotary:
-      q, k = rotary(q, cfg.grid_width), rotary(k, cfg.grid_width)
-    modifier = score_modifier(cfg)
+    q, k = cfg.encoding.rotate(q, k, cfg)
+    modifier = score_modifier(cfg, position_params)
     dropout_fn = None
     if train and cfg.dropout_rate > 0:
       dropout_fn = nn.Dropout(cfg.dropout_rate, deterministic=False)

@@ -3,8 +3,8 @@
 Parameter layout (what freezing and partial loading patterns address):
   encoder/token_embedding/embedding               (token inputs)
   encoder/input_projection/{kernel,bias}          (continuous pixel inputs: (value·(1−mask), mask))
-  encoder/position_embedding                      (only with position='learned'; 'rope' and 'alibi'
-                                                  act inside attention and have no parameters)
+  encoder/<the position encoding's parameters>    (models/positions.py: position_embedding for
+                                                  'learned'; most encodings have none)
   encoder/layer_<i>/{norm_attention,attention/{query,key,value,out},norm_mlp,mlp/{dense_in,dense_out}}
   encoder/final_norm
   mlm_head/{kernel,bias}        or        classifier/{kernel,bias}  (classifier='linear')
@@ -19,27 +19,19 @@ that does not is stopped before its first step with this among the remedies (spt
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from spt_jax.data.vocab import CLS_ID, PAD_ID
 from spt_jax.models import attention as attention_lib
+from spt_jax.models import positions
 
-POSITIONS = ("sinusoidal", "learned", "none", "rope", "alibi", "rope2d", "alibi2d")
-# Positions that act inside attention (models/attention.py: rope rotates q and k, alibi biases the
-# scores) instead of codes added to the encoder's input. The 2d ones read a sequence of L positions
-# as the √L × √L grid of a square image, row by row: alibi2d biases by the grid distance between
-# two pixels, rope2d rotates half of each head's channels by the row and half by the column.
-ROTARY_POSITIONS = ("rope", "rope2d")
-ALIBI_POSITIONS = ("alibi", "alibi2d")
-GRID_POSITIONS = ("rope2d", "alibi2d")
-RELATIVE_POSITIONS = ROTARY_POSITIONS + ALIBI_POSITIONS
+# The values of config.model.position: the encodings models/positions.py declares.
+POSITIONS = positions.names()
 POOLINGS = ("mean", "max", "last", "cls")
 HEADS = ("mlm", "classifier")
 INPUT_KINDS = ("tokens", "pixels")
@@ -51,17 +43,6 @@ REMATS = ("none", "layer")
 # Classifier heads on the pooled vector: one Dense layer, or Amos et al.'s two-layer MLP (a hidden
 # layer of width d_model, then the class logits) used for Text, Image and Retrieval.
 CLASSIFIERS = ("linear", "mlp")
-
-
-def sinusoidal_encoding(length: int, d_model: int) -> np.ndarray:
-  """Vaswani et al.'s fixed codes: sin on even channels, cos on odd ones."""
-  position = np.arange(length)[:, None]
-  div = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
-  pe = np.zeros((length, d_model), np.float32)
-  pe[:, 0::2] = np.sin(position * div)
-  pe[:, 1::2] = np.cos(position * div)[:, : d_model // 2]
-  return pe
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +58,7 @@ class ModelConfig:
   num_heads: int = 8
   d_ff: int = 2048
   dropout_rate: float = 0.0
-  position: str = "sinusoidal"    # one of POSITIONS (rope, alibi: relative, inside attention)
+  position: str = "sinusoidal"    # the name of a models/positions.py encoding (`encoding`)
   pooling: str = "mean"           # one of POOLINGS
   activation: str = "gelu"
   # The encoder's compute dtype, float32 or bfloat16: its matmuls and activations. Parameters,
@@ -111,19 +92,14 @@ class ModelConfig:
     return self.max_length + (self.pooling == "cls")
 
   @property
-  def rotary(self) -> bool:
-    """q and k are rotated by their positions (attention.rotary)."""
-    return self.position in ROTARY_POSITIONS
-
-  @property
-  def alibi(self) -> bool:
-    """Scores are biased by the distance between query and key (attention.ScoreModifier)."""
-    return self.position in ALIBI_POSITIONS
+  def encoding(self) -> positions.Encoding:
+    """The position encoding: what it does to the model and what it needs (models/positions.py)."""
+    return positions.get(self.position)
 
   @property
   def grid_width(self) -> int:
     """The width of the square grid a 2d position reads the sequence as (0: a 1d position)."""
-    return math.isqrt(self.max_length) if self.position in GRID_POSITIONS else 0
+    return self.encoding.grid_width(self.max_length)
 
   def replace(self, **changes) -> "ModelConfig":
     return dataclasses.replace(self, **changes)
@@ -149,10 +125,7 @@ def from_section(section, task=None, **task_fields) -> ModelConfig:
                   pixel_mean=task.pixel_mean, pixel_std=task.pixel_std)
   fields.update(task_fields)
   config = ModelConfig(**fields)
-  if config.position in GRID_POSITIONS and config.max_length and (
-      math.isqrt(config.max_length) ** 2 != config.max_length):
-    raise ValueError(f"config.model.position={config.position!r} reads a sequence as a square "
-                     f"image, but the data's length is {config.max_length}, not a square.")
+  config.encoding.check_length(config.max_length)
   return config
 
 
@@ -163,7 +136,7 @@ def _one_of(value, allowed, key):
 
 def validate_section(m) -> None:
   """Checks `config.model` (before anything is built); every message names the offending key."""
-  _one_of(m.position, POSITIONS, "model.position")
+  _one_of(m.position, positions.names(), "model.position")
   _one_of(m.pooling, POOLINGS, "model.pooling")
   _one_of(m.activation, tuple(ACTIVATIONS), "model.activation")
   _one_of(m.dtype, ("float32", "bfloat16"), "model.dtype")
@@ -178,17 +151,7 @@ def validate_section(m) -> None:
   if m.d_model % m.num_heads:
     raise ValueError(f"config.model.d_model={m.d_model} is not divisible by "
                      f"config.model.num_heads={m.num_heads}.")
-  if m.position == "sinusoidal" and m.d_model % 2:
-    raise ValueError(f"config.model.d_model={m.d_model} must be even for sinusoidal positions.")
-  multiple = {"rope": 2, "rope2d": 4}.get(m.position, 1)
-  if (m.d_model // m.num_heads) % multiple:
-    raise ValueError(f"config.model.position={m.position!r} rotates channel pairs"
-                     f"{' (half by row, half by column)' if multiple == 4 else ''}: the head "
-                     f"dimension config.model.d_model / config.model.num_heads = "
-                     f"{m.d_model // m.num_heads} must be a multiple of {multiple}.")
-  if m.position in GRID_POSITIONS and m.pooling == "cls":
-    raise ValueError(f"config.model.position={m.position!r} reads the positions as an image grid, "
-                     f"where a CLS token has no place; use pooling='mean' or 'max'.")
+  positions.get(m.position).validate(m)
   if m.causal and m.pooling == "cls":
     raise ValueError("config.model.causal=True with config.model.pooling='cls': the CLS token at "
                      "position 0 would see only itself; use pooling='last' or 'mean'.")
@@ -234,11 +197,13 @@ def classifier_head(cfg: ModelConfig) -> nn.Module:
 class EncoderBlock(nn.Module):
   cfg: ModelConfig
 
+  # Arguments by position: nn.remat's static_argnums names `train` by its index.
   @nn.compact
-  def __call__(self, x, mask, train: bool):  # `train` positional: nn.remat's static_argnums
+  def __call__(self, x, mask, train: bool, position_params=None):
     drop = nn.Dropout(self.cfg.dropout_rate, deterministic=not train)
     h = nn.LayerNorm(name="norm_attention")(x)
-    h = attention_lib.MultiHeadAttention(self.cfg, name="attention")(h, mask, train=train)
+    h = attention_lib.MultiHeadAttention(self.cfg, name="attention")(
+        h, mask, train=train, position_params=position_params)
     x = x + drop(h)
     h = nn.LayerNorm(name="norm_mlp")(x)
     h = MLP(self.cfg, name="mlp")(h)
@@ -275,18 +240,16 @@ class Encoder(nn.Module):
                    name="token_embedding")(inputs)
     else:
       x = nn.Dense(cfg.d_model, name="input_projection")(inputs)
-    if cfg.position == "sinusoidal":
-      x = x + sinusoidal_encoding(cfg.encoder_length, cfg.d_model)[:length]
-    elif cfg.position == "learned":
-      table = self.param("position_embedding", nn.initializers.normal(0.02),
-                         (cfg.encoder_length, cfg.d_model))
-      x = x + table[:length]
-    elif cfg.position not in ("none",) + RELATIVE_POSITIONS:
-      raise ValueError(f"position={cfg.position!r} must be one of {POSITIONS}.")
+    # Created once, here, so that every layer shares them (the encoding decides what they are).
+    encoding = cfg.encoding
+    position_params = encoding.init_params(self, cfg)
+    codes = encoding.codes(cfg, position_params)
+    if codes is not None:
+      x = x + codes[:length]
     x = nn.Dropout(cfg.dropout_rate, deterministic=not train)(x.astype(cfg.compute_dtype))
     block = encoder_block(cfg.remat)
     for i in range(cfg.num_layers):
-      x = block(cfg, name=f"layer_{i}")(x, mask, train)
+      x = block(cfg, name=f"layer_{i}")(x, mask, train, position_params)
     return nn.LayerNorm(name="final_norm")(x).astype(jnp.float32)
 
 
