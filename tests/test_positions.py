@@ -12,10 +12,10 @@ import pytest
 from conftest import load_config, tiny
 from test_attention import TOL, _grads, _inputs
 
-from spt_jax import experiment, tree
+from spt_jax import experiment, platform, tree
 from spt_jax.analysis import attention as analysis
 from spt_jax.analysis.__main__ import analyse
-from spt_jax.models import attention, transformer
+from spt_jax.models import attention, positions, transformer
 
 
 def _model_and_tokens(position: str, pooling: str = "mean", **fields):
@@ -156,11 +156,19 @@ def test_dense_alibi_is_softmax_of_scores_plus_bias():
 GRID = 6  # the 2d positions' grid width in the attention-level tests (the last row may be partial)
 
 
+def _t5_bias(heads: int, causal: bool = False) -> positions.BucketBias:
+  """T5's bias with an N(0, 1) table: larger than its initial one, so that errors would show."""
+  table = jax.random.normal(jax.random.PRNGKey(7), (heads, 32))
+  return positions.BucketBias(table, bidirectional=not causal)
+
+
 def _position_fn(position: str, heads: int, implementation: str, block: int, mask):
-  """Attention as MultiHeadAttention runs it for `position`: q, k rotated, or the ALiBi rule."""
+  """Attention as MultiHeadAttention runs it for `position`: q, k rotated, or the rule on scores
+  (ALiBi's, T5's learned bias)."""
   grid = GRID if position.endswith("2d") else 0
   modifier = attention.ScoreModifier(
-      alibi=attention.alibi_slopes(heads) if position.startswith("alibi") else (), grid_width=grid)
+      alibi=attention.alibi_slopes(heads) if position.startswith("alibi") else (), grid_width=grid,
+      learned_bias=_t5_bias(heads) if position == "t5_relative" else None)
   turn = ((lambda x: attention.rotary(x, grid)) if position.startswith("rope")
           else (lambda x: x))
 
@@ -170,7 +178,7 @@ def _position_fn(position: str, heads: int, implementation: str, block: int, mas
   return fn, modifier, turn
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi", "rope2d", "alibi2d"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "rope2d", "alibi2d", "t5_relative"])
 @pytest.mark.parametrize("implementation,block", [("blockwise", 8), ("blockwise", 64), ("local", 32)],
                          ids=["blockwise_not_dividing", "blockwise_larger_than_L", "local_whole"])
 def test_memory_efficient_implementations_match_dense(position, implementation, block):
@@ -184,7 +192,7 @@ def test_memory_efficient_implementations_match_dense(position, implementation, 
     np.testing.assert_allclose(g_f, g_d, **TOL, err_msg=f"d{name}")
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi", "alibi2d"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "alibi2d", "t5_relative"])
 def test_local_windows_match_banded_dense(position):
   length, block = 37, 8
   q, k, v, cot, mask = _inputs(length, heads=4, seed=1)
@@ -226,7 +234,8 @@ def test_alibi_keeps_memory_linear_in_length(implementation):
 
 
 # Each position with one pooling (the CLS token shifts every position by one: covered once each way).
-@pytest.mark.parametrize("position,pooling", [("rope", "cls"), ("alibi", "mean")])
+@pytest.mark.parametrize("position,pooling", [("rope", "cls"), ("alibi", "mean"),
+                                              ("t5_relative", "cls")])
 def test_appending_padding_changes_nothing_at_real_positions(position, pooling):
   model, params, tokens = _model_and_tokens(position, pooling, max_length=16)
   padded = np.concatenate([tokens, np.zeros((3, 6), tokens.dtype)], axis=1)
@@ -251,7 +260,7 @@ def test_no_new_parameters_and_the_positions_matter(position):
                 - none.apply({"params": params}, tokens)).max() > 1e-4
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5_relative"])
 def test_sequence_model_blockwise_matches_dense(position):
   model, params, tokens = _model_and_tokens(position, "cls", max_length=21, num_layers=1)
   tokens = np.random.default_rng(2).integers(3, 12, (3, 21))
@@ -277,7 +286,7 @@ def test_validation_accepts_the_new_positions_and_names_the_key_for_an_odd_head_
 # ------------------------------------------------------------------------------------------ analysis
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5_relative"])
 def test_relative_bias_figure_and_numbers(position, tmp_path):
   model, params, tokens = _model_and_tokens(position)
   layers = analysis.position_figures(model, params, tokens, tokens != 0, str(tmp_path), "t")
@@ -290,6 +299,10 @@ def test_relative_bias_figure_and_numbers(position, tmp_path):
     slope = attention.alibi_slopes(2)[1]
     assert head["alibi_slope"] == slope
     np.testing.assert_allclose(head["alibi_bias"], -slope * np.abs(np.arange(-9, 10)), rtol=1e-6)
+  if position == "t5_relative":  # the trained table at each offset's bucket (key − query = −offset)
+    table = np.asarray(params["encoder"]["relative_position_bias"])
+    buckets = np.asarray(positions.relative_position_bucket(-np.arange(-9, 10)))
+    np.testing.assert_allclose(head["learned_bias"], table[1, buckets], rtol=1e-6)
   json.dumps(layers, allow_nan=False)
 
 
@@ -334,3 +347,129 @@ def test_grid_proximity_sees_the_pixel_below_as_near_as_the_one_to_the_right():
   assert means.shape == (2, 2 * width - 1, 2 * width - 1)
   # Attention to the pixel below is all at (Δrow, Δcolumn) = (−1, 0): query minus key.
   assert means[0, list(rows).index(-1), list(cols).index(0)] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ t5_relative
+
+
+def _reference_buckets(offsets, bidirectional: bool = True, num_buckets: int = 32,
+                       max_distance: int = 128) -> np.ndarray:
+  """T5's bucket of each key − query offset, from the paper's description and t5x's rule, one offset
+  at a time (float32 logarithms, as t5x computes them)."""
+  out = []
+  for offset in offsets:
+    half = num_buckets // 2 if bidirectional else num_buckets
+    side = half if bidirectional and offset > 0 else 0  # keys after the query: the upper half
+    distance = abs(offset) if bidirectional else max(-offset, 0)
+    exact = half // 2
+    if distance < exact:
+      out.append(side + distance)
+      continue
+    ratio = np.float32(distance) / np.float32(exact) + np.finfo(np.float32).eps
+    scaled = np.log(np.float32(ratio)) / np.float32(np.log(max_distance / exact)) * (half - exact)
+    out.append(side + min(exact + int(np.float32(scaled)), half - 1))
+  return np.array(out)
+
+
+def test_t5_buckets_are_t5s():
+  offsets = np.arange(-300, 301)
+  got = np.asarray(positions.relative_position_bucket(offsets))
+  np.testing.assert_array_equal(got, _reference_buckets(offsets))
+  # Keys at or before the query in buckets 0-15, after it in 16-31; offsets below 8 have a bucket
+  # each, longer ones log-spaced buckets up to 128, beyond which they share the last one.
+  anchors = {0: 0, -1: 1, -7: 7, -8: 8, -15: 9, -16: 10, -32: 12, -64: 14, -127: 15, -128: 15,
+             -300: 15, 1: 17, 7: 23, 8: 24, 16: 26, 64: 30, 127: 31, 300: 31}
+  assert {o: int(got[o + 300]) for o in anchors} == anchors
+  one_sided = np.asarray(positions.relative_position_bucket(offsets, bidirectional=False))
+  np.testing.assert_array_equal(one_sided, _reference_buckets(offsets, bidirectional=False))
+  assert (one_sided[offsets >= 0] == 0).all() and one_sided.max() == 31
+  small = positions.relative_position_bucket(offsets, num_buckets=12, max_distance=10)
+  np.testing.assert_array_equal(small, _reference_buckets(offsets, num_buckets=12, max_distance=10))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("block", [8, 64], ids=["blocks_not_dividing", "block_larger_than_L"])
+def test_t5_table_gradient_of_blockwise_is_dense_attentions(block, causal):
+  """The blockwise backward differentiates the learned bias per block pair: the table's gradient
+  (and q, k, v's) equal to dense attention's, all-padding rows included."""
+  q, k, v, cot, mask = _inputs(37, heads=4)
+  table = _t5_bias(4).table
+
+  def grads(implementation):
+    def loss(table, q, k, v):
+      modifier = attention.ScoreModifier(
+          causal=causal, learned_bias=positions.BucketBias(table, bidirectional=not causal))
+      out = attention.attend(q, k, v, mask, implementation=implementation, block_size=block,
+                             modifier=modifier)[0]
+      return (out * cot).sum()
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(table, q, k, v)
+
+  (value_b, grads_b), (value_d, grads_d) = grads("blockwise"), grads("dense")
+  np.testing.assert_allclose(value_b, value_d, **TOL)
+  assert np.abs(grads_d[0]).max() > 1e-3  # the table gets a gradient at all
+  for name, g_b, g_d in zip(["table", "q", "k", "v"], grads_b, grads_d):
+    np.testing.assert_allclose(g_b, g_d, **TOL, err_msg=f"d{name}")
+
+
+def test_t5_relative_is_one_table_shared_by_every_layer_and_only_it_matters():
+  model, params, tokens = _model_and_tokens("t5_relative")
+  none, none_params, _ = _model_and_tokens("none")
+  flat = tree.flatten(params)
+  assert set(flat) - set(tree.flatten(none_params)) == {"encoder/relative_position_bias"}
+  assert flat["encoder/relative_position_bias"].shape == (2, 32)  # [heads, buckets]
+  without = {**params, "encoder": {k: v for k, v in params["encoder"].items()
+                                   if k != "relative_position_bias"}}
+  zero = {**params, "encoder": {**params["encoder"], "relative_position_bias":
+                                jnp.zeros((2, 32))}}
+  np.testing.assert_allclose(model.apply({"params": zero}, tokens),
+                             none.apply({"params": without}, tokens), rtol=1e-6, atol=1e-6)
+  assert np.abs(model.apply({"params": params}, tokens)
+                - none.apply({"params": without}, tokens)).max() > 1e-4
+
+
+def test_t5_relative_sequence_model_gradients_blockwise_match_dense():
+  model, params, tokens = _model_and_tokens("t5_relative", "cls", max_length=21, num_layers=2)
+  tokens = np.random.default_rng(2).integers(3, 12, (3, 21))
+  tokens[1, 15:] = 0
+
+  def grads(implementation):
+    run = model.with_options(attention=implementation, attention_block_size=8)
+    return jax.jit(jax.grad(lambda p: (run.apply({"params": p}, tokens) ** 2).sum()))(params)
+
+  blockwise, dense = tree.flatten(grads("blockwise")), tree.flatten(grads("dense"))
+  for path, g in dense.items():
+    np.testing.assert_allclose(blockwise[path], g, **TOL, err_msg=path)
+
+
+def test_t5_relative_config_flags_and_the_platforms_choice():
+  section = ml_collections.ConfigDict(transformer.section_defaults())
+  section.update(position="t5_relative", d_model=12, num_heads=4)  # any head dimension
+  transformer.validate_section(section)
+  section.position = "t5"
+  with pytest.raises(ValueError, match=r"config.model.position='t5' must be one of .*'t5_relative'"):
+    transformer.validate_section(section)
+  encoding = positions.get("t5_relative")
+  assert not encoding.length_bound and not encoding.adds_codes and encoding.in_attention
+  # A learned bias would reach cuDNN as an L×L operand: 'auto' keeps such a model on dense.
+  cfg = transformer.ModelConfig(vocab_size=20, max_length=2000, num_layers=1, d_model=512,
+                                num_heads=8, d_ff=64, dtype="bfloat16", position="t5_relative")
+  choice = platform.auto_attention(cfg, backend="cuda")
+  assert choice.implementation == "dense" and "T5" in choice.reason, choice
+  assert platform.auto_attention(cfg.replace(position="rope"), backend="cuda").implementation == (
+      "cudnn")
+
+
+def test_t5_bias_and_its_gradient_keep_blockwise_memory_linear_in_length():
+  def temp_bytes(length):
+    x = jax.ShapeDtypeStruct((1, length, 2, 16), jnp.float32)
+    mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
+    table = jax.ShapeDtypeStruct((2, 32), jnp.float32)
+
+    def loss(table, q, k, v, m):
+      modifier = attention.ScoreModifier(learned_bias=positions.BucketBias(table))
+      return attention.attend(q, k, v, m, implementation="blockwise", block_size=128,
+                              modifier=modifier)[0].sum()
+    step = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    return step.lower(table, x, x, x, mask).compile().memory_analysis().temp_size_in_bytes
+
+  assert temp_bytes(2048) / temp_bytes(512) < 5  # an L×L bias or its gradient would make it ~16

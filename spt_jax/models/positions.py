@@ -5,10 +5,11 @@ An encoding can act in three places, and its class says which by the methods it 
   q and k  `rotate`: each head's queries and keys turned by their positions before any attention
            implementation sees them (rope, rope2d).
   scores   `score_rule`: a bias on the attention scores as a function of the query's and the key's
-           positions (alibi, alibi2d), which every implementation in models/attention.py applies to
-           each score tile from the tile's own positions (`attention.ScoreModifier`), so none of
-           them builds an L×L bias. A rule with parameters (`learned_bias`) is differentiated per
-           tile as well, blockwise attention's recomputing backward included.
+           positions (alibi, alibi2d; t5_relative, with parameters), which every implementation in
+           models/attention.py applies to each score tile from the tile's own positions
+           (`attention.ScoreModifier`), so none of them builds an L×L bias. A rule with parameters
+           (`learned_bias`) is differentiated per tile as well, blockwise attention's recomputing
+           backward included.
 Its parameters (`parameters`) live in the encoder's scope, `encoder/<name>`, where the encoder
 creates them once and hands them to every layer.
 
@@ -32,7 +33,9 @@ import math
 from typing import Any, ClassVar
 
 import flax.linen as nn
+import flax.struct
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from spt_jax.models import attention
@@ -226,3 +229,79 @@ class Alibi2d(Alibi):
   """ALiBi by the Euclidean distance of two pixels on an image's grid."""
   name, title = "alibi2d", "2D ALiBi"
   grid = True
+
+
+# ---------------------------------------------------------------------- a learned bias on scores
+
+
+def relative_position_bucket(relative, *, bidirectional: bool = True, num_buckets: int = 32,
+                             max_distance: int = 128) -> jax.Array:
+  """T5's bucket of each offset `relative` = key position − query position (Raffel et al. 2020;
+  the rule of t5x's and Mesh TensorFlow's `_relative_position_bucket`), int32 in [0, num_buckets).
+
+  Bidirectional: half the buckets for keys after the query, half for keys at or before it. Within a
+  half, offsets below max_exact = half // 2 have a bucket each, and longer ones share buckets
+  log-spaced up to `max_distance`, beyond which every offset is in the last bucket: near keys are
+  told apart, far ones only roughly, and any length runs (no table row per position). Not
+  bidirectional (a causal model): every bucket for keys at or before the query, a later key's offset
+  reading as 0. float32 logarithms as in the reference, so a bucket boundary falls where it does
+  there.
+  """
+  n = -jnp.asarray(relative, jnp.int32)
+  bucket = jnp.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    bucket = bucket + (n < 0).astype(jnp.int32) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  # eps: log(0) for the offsets below max_exact, which `where` then discards, stays finite.
+  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio / np.float32(np.log(max_distance / max_exact))
+                       * (num_buckets - max_exact)).astype(jnp.int32)
+  large = jnp.minimum(large, num_buckets - 1)
+  return bucket + jnp.where(n < max_exact, n, large)
+
+
+@flax.struct.dataclass
+class BucketBias:
+  """A learned scalar per head and bucket of the key-minus-query offset (T5's relative attention
+  bias), as `attention.ScoreModifier.learned_bias`: a pytree whose one leaf is the table."""
+  table: jax.Array                                          # [H, num_buckets]
+  num_buckets: int = flax.struct.field(pytree_node=False, default=32)
+  max_distance: int = flax.struct.field(pytree_node=False, default=128)
+  bidirectional: bool = flax.struct.field(pytree_node=False, default=True)
+
+  def __call__(self, q_pos, k_pos) -> jax.Array:
+    """float32 [..., H, cq, ck] for positions q_pos [..., cq] and k_pos [..., ck]."""
+    bucket = relative_position_bucket(k_pos[..., None, :] - q_pos[..., :, None],
+                                      bidirectional=self.bidirectional,
+                                      num_buckets=self.num_buckets, max_distance=self.max_distance)
+    # A gather: its gradient is the scatter-add of the scores' cotangent into the table.
+    return jnp.moveaxis(self.table.astype(jnp.float32)[:, bucket], 0, -3)
+
+
+@register
+class T5Relative(Encoding):
+  """T5's relative position buckets (Raffel et al. 2020): a learned per-head bias on the scores for
+  each bucket of the key-minus-query offset (`relative_position_bucket`), 32 buckets up to a
+  distance of 128 as in T5; bidirectional, or one-sided in a causal model as in T5's decoder.
+
+  One table, `encoder/relative_position_bias` [num_heads, num_buckets], shared by every layer: T5's
+  choice (its first layer's table serves them all), which keeps the parameter count at
+  num_heads × 32 whatever the depth. Initialised as t5x initialises it (variance scaling, fan_avg,
+  uniform), so the model starts with small random offsets' biases rather than none.
+  """
+  name, title = "t5_relative", "T5's relative position bias"
+  fused_kernel = False  # cuDNN would take the bias as an L×L operand
+  num_buckets, max_distance = 32, 128
+
+  def parameters(self, cfg):
+    return {"relative_position_bias": (
+        (cfg.num_heads, self.num_buckets),
+        nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"))}
+
+  def score_rule(self, cfg, params):
+    return dict(learned_bias=BucketBias(params["relative_position_bias"], self.num_buckets,
+                                        self.max_distance, bidirectional=not cfg.causal))
