@@ -10,7 +10,8 @@ same on every backend and does not ask which one it runs on.
             step (`fit_heap_to_step`), and where a step's memory comes from (`shares_host_memory`,
             `available_memory`): the trainer and its preflight checks.
   kernels   what the models run per backend: nn.Dense's kernel gradient in YNNPACK-friendly form on
-            XLA:CPU (`dense_dot_general`), the exact attention that `attention='auto'` picks and why
+            XLA:CPU (`dense_dot_general`), a loss's global count before the forward pass
+            (`count_before_forward`: for per-core CPU devices), the exact attention that `attention='auto'` picks and why
             (`choose_auto_attention`: cuDNN on a CUDA GPU where it supports the model, blockwise
             for long sequences on the CPU, dense otherwise), and cuDNN's requirement of a CUDA GPU.
             Each takes the backend's name as an argument (default: this process's,
@@ -224,6 +225,19 @@ def available_memory(devices) -> tuple[int | None, str]:
 
 
 # ---------------------------------------------------------------------------------------- Kernels
+def count_before_forward(count, inputs):
+  """(count, inputs) with `count` computed before anything that reads the returned `inputs`: every
+  objective passes its loss's global denominator and the model's inputs through it.
+
+  Under data parallelism a count over the global batch (the loss's denominator) is an all-reduce, a
+  rendezvous of all devices. Tying the forward pass to it makes every device meet there at the start
+  of the step, instead of one device's thread blocking in it mid-step on backends that run it as soon
+  as its operands are ready (XLA:CPU's per-core devices; benchmarks/README.md, "count before
+  forward"). Elsewhere the barrier changes no value and no schedule worth measuring.
+  """
+  return jax.lax.optimization_barrier((count, inputs))
+
+
 # nn.Dense's kernel gradient xᵀ·g contracts the token axis, the leading (major) axis of both operands.
 # XLA:CPU hands a dot to YNNPACK only as row-major [M, K]·[K, N], so by default it runs this one as an
 # Eigen dot with transposed operands, the slowest matmul of the train step; a transposed copy of the

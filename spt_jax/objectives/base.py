@@ -20,18 +20,6 @@ def ratio(metrics: dict) -> dict:
   return {k: n / jnp.maximum(d, 1e-12) for k, (n, d) in metrics.items()}
 
 
-def count_before_forward(count, inputs):
-  """(count, inputs) with `count` computed before anything that reads the returned `inputs`.
-
-  Under data parallelism a count over the global batch (the loss's denominator) is an all-reduce, a
-  rendezvous of all devices. Tying the forward pass to it makes every device meet there at the start
-  of the step, instead of one device's thread blocking in it mid-step on backends that run it as soon
-  as its operands are ready (XLA:CPU's per-core devices; benchmarks/README.md, "count before
-  forward"). Elsewhere the barrier changes no value and no schedule worth measuring.
-  """
-  return jax.lax.optimization_barrier((count, inputs))
-
-
 def higher_is_better(metric: str) -> bool:
   """Whether a larger value of validation metric `metric` is better: every metric but a loss."""
   return not metric.endswith("loss")

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from spt_jax.data.vocab import PAD_ID
 from spt_jax.models.transformer import SequenceModel
 from spt_jax.objectives import register
-from spt_jax.objectives.base import Objective, count_before_forward, example_weights
+from spt_jax import platform
+from spt_jax.objectives.base import Objective, example_weights
 from spt_jax.objectives.masked import (PIXEL_LOSSES, pixel_loss, pixel_outputs, summarize_pixels,
                                        token_loss)
 
@@ -64,7 +65,7 @@ class CausalLM(Objective):
     if self.input_kind == "tokens":
       real = real & (inputs != PAD_ID)
     target_mask = real[:, 1:]  # position t is scored on input t+1 where that one is real
-    n, inputs = count_before_forward(target_mask.astype(jnp.float32).sum(), inputs)
+    n, inputs = platform.count_before_forward(target_mask.astype(jnp.float32).sum(), inputs)
     out = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": rng})
     if self.input_kind == "tokens":
       loss, sums = token_loss(out[:, :-1], inputs[:, 1:], target_mask, n)

@@ -8,7 +8,8 @@ import optax
 
 from spt_jax.models.transformer import SequenceModel
 from spt_jax.objectives import register
-from spt_jax.objectives.base import Objective, count_before_forward
+from spt_jax import platform
+from spt_jax.objectives.base import Objective
 
 
 @register
@@ -22,7 +23,7 @@ class Classification(Objective):
 
   def loss(self, params, batch, rng, *, train: bool):
     w = batch["weights"].astype(jnp.float32)
-    n, inputs = count_before_forward(w.sum(), batch["inputs"])
+    n, inputs = platform.count_before_forward(w.sum(), batch["inputs"])
     logits = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": rng})
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["labels"])
     loss = (ce * w).sum() / jnp.maximum(n, 1.0)

@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from spt_jax import masking
+from spt_jax import masking, platform
 from spt_jax.models.transformer import SequenceModel
 from spt_jax.objectives import register
-from spt_jax.objectives.base import Objective, count_before_forward, example_weights, ratio
+from spt_jax.objectives.base import Objective, example_weights, ratio
 
 PIXEL_LOSSES = ("l1", "ce")
 MASKED_PIXEL = 256  # a masked pixel, as `corrupted` reports what the encoder sees (values are 0-255)
@@ -118,7 +118,7 @@ class MaskedTokenPrediction(MaskedPrediction):
     dropout_rng = jax.random.split(rng, 3)[2]
     tokens = batch["inputs"]
     mask, inputs = self.corrupted(batch, rng)
-    num_masked, inputs = count_before_forward(mask.astype(jnp.float32).sum(), inputs)
+    num_masked, inputs = platform.count_before_forward(mask.astype(jnp.float32).sum(), inputs)
     logits = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": dropout_rng})
     return token_loss(logits, tokens, mask, num_masked)
 
@@ -146,7 +146,8 @@ class MaskedPixelPrediction(MaskedPrediction):
     dropout_rng = jax.random.split(rng)[1]
     pixels = batch["inputs"]
     mask, _ = self.corrupted(batch, rng)
-    n, (pixels, mask) = count_before_forward(mask.astype(jnp.float32).sum(), (pixels, mask))
+    n, (pixels, mask) = platform.count_before_forward(mask.astype(jnp.float32).sum(),
+                                                      (pixels, mask))
     out = self.model.apply({"params": params}, pixels, train=train, pixel_mask=mask,
                            rngs={"dropout": dropout_rng})
     return pixel_loss(self.pixel_loss, out, pixels, mask, self.pixel_mean, self.pixel_std, n)
