@@ -93,16 +93,17 @@ class Encoding:
     """The position part of `attention.ScoreModifier`'s fields (not `causal`, the model's own)."""
     return {}
 
-  # ---- derived from the above: what the model and the analysis ask
+  # ---- read off the methods an encoding overrides, so that they cannot contradict what it does
 
   @property
   def adds_codes(self) -> bool:
+    """It adds codes to the input: the analysis shows them through W_Q and W_K."""
     return type(self).codes is not Encoding.codes
 
   @property
   def in_attention(self) -> bool:
-    """It acts inside attention (rotates q and k, or biases the scores) and adds nothing to the
-    input: the analysis shows it by the attention logits per offset."""
+    """It acts inside attention (rotates q and k, or biases the scores): the analysis shows it by
+    the attention logits per offset."""
     return (type(self).rotate is not Encoding.rotate
             or type(self).score_rule is not Encoding.score_rule)
 
