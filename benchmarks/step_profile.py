@@ -163,6 +163,8 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--top", type=int, default=12)
   parser.add_argument("--tiny", action="store_true", help="shrunk shapes: a dry run in seconds")
   parser.add_argument("--cpu-devices", type=int, default=1, help="as main.py's --cpu_devices")
+  parser.add_argument("--cores", default="",
+                      help="confine the process to these cores first ('0': one-core mode)")
   parser.add_argument("--out", help="also write the reports as JSON here")
   args = parser.parse_args(argv)
   names = [s for s in args.shapes.split(",") if s]
@@ -170,6 +172,8 @@ def main(argv=None) -> list[dict]:
     parser.error(f"--shapes {args.shapes!r}: unknown {sorted(set(names) - set(train_step.SHAPES))}")
   if args.tiny:
     train_step.SHAPES.update({n: train_step.tiny_shape(train_step.SHAPES[n]) for n in names})
+  if args.cores:  # before the backend sizes its thread pools by the cores this process may use
+    spt_platform.pin_to_cores(spt_platform.parse_cores(args.cores))
   host_memory.retain_freed_memory()  # as main.py, before the backend starts its threads
   spt_platform.use_cpu_devices(
       spt_platform.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)

@@ -164,12 +164,16 @@ def masked_token_loss(model, tokens, mask_rate: float):
   return (ce * weight).sum() / weight.sum().clamp_min(1.0)
 
 
-def masked_pixel_loss(model, pixels, mask_rate: float):
-  """spt_jax's pixel SPT (L1 variant): masked pixels zeroed and flagged, normalised value predicted."""
+def masked_pixel_loss(model, pixels, mask_rate: float, pixel_loss: str = "l1"):
+  """spt_jax's pixel SPT: masked pixels zeroed and flagged; the normalised value predicted ('l1')
+  or the 8-bit value classified 256 ways ('ce'), as `pixel_loss` in spt_jax.objectives.masked."""
   mask = torch.rand(pixels.shape, device=pixels.device) < mask_rate
   out = model(pixels, pixel_mask=mask)
-  weight = mask.float()
-  err = (out[..., 0].float() - pixels.float() / 255.0).abs()
+  weight = mask.flatten().float() if pixel_loss == "ce" else mask.float()
+  if pixel_loss == "ce":
+    err = F.cross_entropy(out.flatten(0, -2).float(), pixels.flatten().long(), reduction="none")
+  else:
+    err = (out[..., 0].float() - pixels.float() / 255.0).abs()
   return (err * weight).sum() / weight.sum().clamp_min(1.0)
 
 
@@ -200,7 +204,7 @@ class TrainStep:
   """
 
   def __init__(self, model: nn.Module, objective: str, *, mask_rate: float = 0.1,
-               compile: bool = False):
+               pixel_loss: str = "l1", compile: bool = False):
     if objective not in OBJECTIVES:
       raise ValueError(f"objective={objective!r} must be one of {OBJECTIVES}.")
     self.model = model
@@ -208,7 +212,8 @@ class TrainStep:
     if objective == "mlm":
       loss = lambda inputs, labels: masked_token_loss(self.model, inputs, mask_rate)
     elif objective == "pixel_mlm":
-      loss = lambda inputs, labels: masked_pixel_loss(self.model, inputs, mask_rate)
+      loss = lambda inputs, labels: masked_pixel_loss(self.model, inputs, mask_rate,
+                                                           pixel_loss)
     else:
       loss = lambda inputs, labels: classification_loss(self.model, inputs, labels)
     self.loss = torch.compile(loss, dynamic=False) if compile else loss
@@ -222,12 +227,12 @@ class TrainStep:
     return loss.detach()
 
 
-def build(*, objective: str, mask_rate: float = 0.1, compile: bool = False, seed: int = 0,
-          device: str = "cpu", **model_kwargs) -> TrainStep:
+def build(*, objective: str, mask_rate: float = 0.1, pixel_loss: str = "l1",
+          compile: bool = False, seed: int = 0, device: str = "cpu", **model_kwargs) -> TrainStep:
   """A TrainStep on a fresh SequenceModel(**model_kwargs) on `device`."""
   torch.manual_seed(seed)
   model = SequenceModel(**model_kwargs).to(device)
-  return TrainStep(model, objective, mask_rate=mask_rate, compile=compile)
+  return TrainStep(model, objective, mask_rate=mask_rate, pixel_loss=pixel_loss, compile=compile)
 
 
 def synchronize(device: str) -> None:

@@ -69,6 +69,7 @@ class Shape:
   mask_rate: float
   input_kind: str = "tokens"
   pairs: bool = False  # retrieval: each example is two documents through one encoder
+  pixel_loss: str = "l1"  # pixel SPT's loss: 'l1' (normalised value) or 'ce' (256-way)
   note: str = ""
 
   @property
@@ -85,8 +86,14 @@ SHAPES = {s.name: s for s in (
           note="document pairs (2×4000 bytes per example), [u,v,u·v,u−v] classifier"),
     Shape("listops", 6, 512, 8, 2048, 2000, 32, 1, listops.VOCAB, 10, 0.1,
           note="ListOps tokens, lengths uniform in [L/2, L]"),
+    # The LRA-at-CPU-scale study's models (configs/listops_spt.py:cpu, configs/pathfinder_spt.py:cpu,
+    # docs/lra_cpu.md): where this project's CPU time actually goes. Their batch is the task's.
+    Shape("study_listops", 2, 64, 4, 256, 256, 32, 32, listops.VOCAB, 10, 0.1,
+          note="the study's ListOps model: ListOps tokens, lengths uniform in [L/2, L]"),
+    Shape("study_pathfinder", 2, 64, 4, 64, 256, 32, 32, BYTE_VOCAB, 2, 0.5, input_kind="pixels",
+          pixel_loss="ce", note="the study's Pathfinder model: 16x16 pixels, 256-way pixel SPT"),
 )}
-DEFAULT_SHAPES = ("cpu", "pathfinder", "retrieval", "listops")
+DEFAULT_SHAPES = ("cpu", "pathfinder", "retrieval", "listops", "study_listops", "study_pathfinder")
 # --tiny: every shape shrunk to this model and at most this length, so that a dry run of a script
 # that benchmarks the real shapes (benchmarks/accelerator_check.sh --platform=cpu) takes seconds.
 TINY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64)
@@ -254,6 +261,16 @@ class CompileCounter:
 
 
 @contextlib.contextmanager
+def _patched(module, name: str, value):
+  original = getattr(module, name)
+  setattr(module, name, value)
+  try:
+    yield
+  finally:
+    setattr(module, name, original)
+
+
+@contextlib.contextmanager
 def patched_attention(core):
   """Temporarily routes MultiHeadAttention's `attend` to `core` (only while the step is traced)."""
   if core is None:
@@ -283,10 +300,13 @@ class JaxStep:
   """The real spt_jax train step for one shape and step kind, with its state and device batches."""
 
   def __init__(self, shape: Shape, kind: str, batch: int, arrays, *, attention: str = "auto",
-               block_size: int = 512, core=None, dtype: str = "float32"):
+               block_size: int = 512, core=None, dtype: str = "float32",
+               whole_batch: bool = False):
     objective_name = "mlm" if kind == "pretrain" else "classification"
+    extra = ({"pixel_loss": shape.pixel_loss}
+             if kind == "pretrain" and shape.input_kind == "pixels" else {})
     phase = config_lib.phase_config(objective_name, mask_rate=shape.mask_rate, batch_size=batch,
-                                    num_steps=1000)
+                                    num_steps=1000, **extra)
     self.task = TaskData(shape.name, shape.vocab, shape.num_classes, shape.length,
                          {"train": arrays}, "synthetic benchmark data",
                          input_kind=shape.input_kind)
@@ -294,8 +314,11 @@ class JaxStep:
         num_layers=shape.num_layers, d_model=shape.d_model, num_heads=shape.num_heads,
         d_ff=shape.d_ff, pooling="mean", attention=attention, attention_block_size=block_size,
         dtype=dtype)
-    objective = train.make_objective(ml_collections.ConfigDict(dict(model=model_cfg, phase=phase)),
-                                     "phase", self.task)
+    # whole_batch: blockwise attention over the whole batch at once, not the platform's loop over it.
+    with (_patched(spt_platform, "sequence_chunk", lambda *a, **k: 0) if whole_batch
+          else contextlib.nullcontext()):
+      objective = train.make_objective(
+          ml_collections.ConfigDict(dict(model=model_cfg, phase=phase)), "phase", self.task)
     model = objective.model
     self.mlm_outputs = model.mlm_outputs
     # As main.py: data-parallel over as many (per-core CPU) devices as the batch divides into.
@@ -369,7 +392,8 @@ class TorchStep:
     else:
       objective = "classification"
     self.step = torch_reference.build(
-        objective=objective, mask_rate=shape.mask_rate, compile=compile,
+        objective=objective, mask_rate=shape.mask_rate, pixel_loss=shape.pixel_loss,
+        compile=compile,
         vocab_size=shape.vocab.size, max_length=shape.length,
         head="mlm" if kind == "pretrain" else "classifier", num_classes=shape.num_classes,
         num_layers=shape.num_layers, d_model=shape.d_model, num_heads=shape.num_heads,
@@ -516,6 +540,9 @@ def bench_breakdown(shape: Shape, batch: int, args, peak: float, log) -> list[di
     for block in args.blocks:
       if block < shape.length:
         variants[f"jax blockwise-{block}"] = dict(attention="blockwise", block_size=block)
+    for block in sorted({b for b in args.blocks if b < shape.length} | {shape.length}):
+      variants[f"jax blockwise-{block} whole batch"] = dict(attention="blockwise",
+                                                          block_size=block, whole_batch=True)
   variants["jax xla-dpa"] = dict(core=JAX_CORES["xla-dpa"])
   variants["jax no-attention-core"] = dict(core=JAX_CORES["no-attention-core"])
   steps, rows = {}, {}
@@ -677,7 +704,22 @@ def main(argv=None) -> dict:
                            "--cpu_devices (default 1, main.py's default, so that the default run "
                            "measures what a run gets; -1: one per core, each shape using as many "
                            "as its batch divides into)")
+  parser.add_argument("--cores", default="",
+                      help="confine this process to these cores ('0', '0-1'), and torch to as many "
+                           "threads, before either starts its thread pools: '--cores=0' is the "
+                           "one-core mode (one study run per core, as the sweep runner places them)")
+  parser.add_argument("--concurrent", type=int, default=1,
+                      help="N > 1: run N copies of this benchmark at once, each confined to its own "
+                           "cores as the sweep runner places N processes (default --cores: one "
+                           "each), and tabulate every process's rows (train_step_concurrent.md)")
   args = parser.parse_args(argv)
+  if args.concurrent > 1 and not args.render:
+    return run_concurrent(args, argv if argv is not None else sys.argv[1:])
+  if args.cores:
+    cores = spt_platform.parse_cores(args.cores)
+    spt_platform.pin_to_cores(cores)
+    if torch is not None:
+      torch.set_num_threads(len(cores))
   host_memory.retain_freed_memory()  # As main.py does, before JAX's backend starts its threads.
   spt_platform.use_cpu_devices(
       spt_platform.usable_cores() if args.cpu_devices < 0 else args.cpu_devices)
@@ -765,6 +807,69 @@ def main(argv=None) -> dict:
   print(text)
   log(f"whole run {report['wall_s']:.0f} s; wrote {args.out}/train_step.{{md,json}}")
   return report
+
+
+def run_concurrent(args, argv) -> dict:
+  """`--concurrent N`: N copies of this script at once, the i-th confined to the sweep runner's i-th
+  core slot (spt_jax.platform.core_slots) unless --cores names the cores to split, each writing
+  its own <out>/process_<i>/; then one table of every process's rows."""
+  import subprocess
+  slots = spt_platform.core_slots(args.concurrent, spt_platform.parse_cores(args.cores)
+                                  if args.cores else None)
+  # Everything but --concurrent, --cores and --out is passed on as given.
+  passed, skip = [], False
+  for a in argv:
+    if skip:
+      skip = False
+      continue
+    name = a.split("=", 1)[0]
+    if name in ("--concurrent", "--cores", "--out"):
+      skip = "=" not in a
+      continue
+    passed.append(a)
+  started = time.time()
+  os.makedirs(args.out, exist_ok=True)
+  children = []
+  for i, slot in enumerate(slots):
+    out = os.path.join(args.out, f"process_{i}")
+    cmd = [sys.executable, os.path.abspath(__file__), *passed, f"--out={out}",
+           f"--cores={','.join(map(str, slot))}"]
+    log_file = open(os.path.join(args.out, f"process_{i}.log"), "w")
+    children.append((i, slot, out, subprocess.Popen(cmd, stdout=log_file,
+                                                     stderr=subprocess.STDOUT), log_file))
+  print(f"{len(children)} processes on cores {slots}; logs in {args.out}/process_*.log", flush=True)
+  failed = []
+  for i, _, _, proc, log_file in children:
+    if proc.wait():
+      failed.append(i)
+    log_file.close()
+  reports = []
+  for i, slot, out, _, _ in children:
+    path = os.path.join(out, "train_step.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        reports.append((i, slot, json.load(f)))
+  lines = [f"# Train-step benchmark, {len(slots)} processes at once "
+           f"({datetime.datetime.now().isoformat(timespec='seconds')})", "",
+           "Each process confined to its cores with as many torch threads; JAX and eager steps "
+           "interleaved within each process. Per-process tables: process_<i>/train_step.md.", "",
+           "| shape | step | process | cores | JAX tok/s | eager tok/s | eager÷JAX | JAX MFU |",
+           "|---|---|---|---|---|---|---|---|"]
+  for i, slot, report in reports:
+    for r in report["results"]:
+      lines.append(f"| {r['shape']} | {r['kind']} | {i} | {','.join(map(str, slot))} | "
+                   f"{_fmt(r.get('jax_tok_s'))} | {_fmt(r.get('torch_eager_tok_s'))} | "
+                   f"{_fmt(r.get('torch_eager_speedup'), '.2f')} | "
+                   f"{_fmt(r.get('jax_mfu_analytic'), '.1%')} |")
+  if failed:
+    lines += ["", f"Failed processes (see their logs): {failed}"]
+  text = "\n".join(lines) + f"\n\nWhole run: {time.time() - started:.0f} s.\n"
+  with open(os.path.join(args.out, "train_step_concurrent.md"), "w") as f:
+    f.write(text)
+  print(text)
+  if failed:
+    raise SystemExit(f"{len(failed)} of {len(slots)} processes failed: {failed}")
+  return {"processes": [{"index": i, "cores": slot, "report": r} for i, slot, r in reports]}
 
 
 def save(report: dict, out: str, started: float) -> str:

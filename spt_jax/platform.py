@@ -13,7 +13,8 @@ same on every backend and does not ask which one it runs on.
             XLA:CPU (`dense_dot_general`), a loss's global count before the forward pass
             (`count_before_forward`: for per-core CPU devices), the exact attention that `attention='auto'` picks and why
             (`choose_auto_attention`: cuDNN on a CUDA GPU where it supports the model, blockwise
-            for long sequences on the CPU, dense otherwise), and cuDNN's requirement of a CUDA GPU.
+            from moderate lengths on the CPU, dense otherwise), blockwise's loop over the batch on
+            the CPU (`sequence_chunk`), and cuDNN's requirement of a CUDA GPU.
             Each takes the backend's name as an argument (default: this process's,
             `backend_name`), so that the choices can be tested on any machine.
 
@@ -308,11 +309,19 @@ def backend_name() -> str:
 # Names a CUDA GPU goes by: ours, and JAX's own ('gpu', as jax.default_backend() says).
 CUDA_BACKENDS = ("cuda", "gpu")
 
-# attention='auto' on the CPU backend: blockwise attention's forward + backward beats dense from
-# L=512 on, block 128 best or tied; XLA's dense attention on CPU makes several passes over the L×L
-# scores (benchmarks/README.md, "Findings behind the code's choices", "Attention").
-AUTO_CPU_MIN_LENGTH = 512
+# attention='auto' on the CPU backend: XLA's dense attention makes several passes over the L×L
+# scores, and blockwise attention's forward + backward beats it from L=128 on; up to 256 tokens as a
+# single block, beyond that in blocks of 128 (benchmarks/README.md, "Findings behind the code's
+# choices", "Attention").
+AUTO_CPU_MIN_LENGTH = 128
+AUTO_CPU_ONE_BLOCK_MAX = 256
 AUTO_CPU_BLOCK = 128
+# Blockwise attention on the CPU goes through the batch one sequence per device at a time
+# (`attention_sequence_chunk`) while one sequence's scores, heads × L² float32, take at most this
+# many bytes: each step's tiles then stay in the core's cache instead of streaming the whole batch's
+# through memory. Longer sequences already loop over many block pairs each, and the batch at once
+# measured faster there.
+CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES = 4 << 20
 
 # What cuDNN's fused attention (jax.nn.dot_product_attention(implementation='cudnn'), jax 0.10's
 # checks in jax/_src/cudnn/fused_attention_stablehlo.py) runs: float16/bfloat16 operands only
@@ -377,7 +386,8 @@ def choose_auto_attention(length: int, dropout: bool, *, dtype: str = "float32",
                                             f"causal mask")
     return AttentionChoice("dense", None, f"CUDA GPU, but {why_not}")
   if backend == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
-    return AttentionChoice("blockwise", AUTO_CPU_BLOCK,
+    block = length if length <= AUTO_CPU_ONE_BLOCK_MAX else AUTO_CPU_BLOCK
+    return AttentionChoice("blockwise", block,
                            f"CPU and L={length} >= {AUTO_CPU_MIN_LENGTH}: blockwise is faster")
   if backend == "cpu":
     return AttentionChoice("dense", None, f"CPU and L={length} < {AUTO_CPU_MIN_LENGTH}")
@@ -424,7 +434,23 @@ def specialise(model_config, backend: str | None = None):
                    attention_block_size=choice.block_size or model_config.attention_block_size)
   elif model_config.attention == "cudnn":
     check_cudnn_backend(backend)
+  if changes.get("attention", model_config.attention) == "blockwise":
+    changes["attention_sequence_chunk"] = sequence_chunk(
+        model_config.encoder_length, model_config.num_heads, backend)
   return dataclasses.replace(model_config, **changes)
+
+
+def sequence_chunk(length: int, num_heads: int, backend: str | None = None,
+                   devices: int | None = None) -> int:
+  """How many sequences blockwise attention takes per step of its loop over the batch
+  (models/attention.py, `sequence_chunk`; 0: the whole batch at once): on the CPU one per device
+  (default: all of JAX's, over which the trainer's mesh splits the batch) while a sequence's scores
+  fit in CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES; elsewhere 0, the batch being what fills an
+  accelerator."""
+  if (backend or backend_name()) != "cpu" or num_heads * length * length * 4 > (
+      CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES):
+    return 0
+  return devices or jax.device_count()
 
 
 def check_cudnn_backend(backend: str | None = None) -> None:

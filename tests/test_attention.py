@@ -1,6 +1,8 @@
 """Memory-efficient attention: the same numbers as dense (or banded dense), in memory linear in L."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,6 +55,71 @@ def test_blockwise_matches_dense(length, block_size):
   assert attention.blockwise_attention(q, k, v, mask, block_size=block_size)[1] is None
 
 
+def _t5_table_bias(heads: int):
+  from spt_jax.models import positions
+  return positions.BucketBias(jax.random.normal(jax.random.PRNGKey(7), (heads, 32)),
+                              bidirectional=True)
+
+
+@pytest.mark.parametrize("rule", ["none", "alibi_causal", "t5_relative"])
+def test_blockwise_loop_over_the_batch_changes_no_number(rule):
+  """sequence_chunk (the CPU's cache-sized steps through the batch): the same outputs and gradients
+  as the whole batch at once, the learned bias's included; a chunk that does not divide the batch
+  (3 of 4) takes the largest one that does."""
+  q, k, v, cot, mask = _inputs(21, heads=2)
+  modifier = {"none": attention.NO_MODIFIER,
+              "alibi_causal": attention.ScoreModifier(alibi=attention.alibi_slopes(2), causal=True),
+              "t5_relative": attention.ScoreModifier(learned_bias=_t5_table_bias(2))}[rule]
+
+  @functools.partial(jax.jit, static_argnums=4)
+  def run(q, k, v, modifier, chunk):
+    fn = lambda q, k, v, m: attention.blockwise_attention(
+        q, k, v, mask, block_size=8, sequence_chunk=chunk, modifier=m)[0]
+    out, vjp = jax.vjp(fn, q, k, v, modifier)
+    return out, vjp(cot)
+  whole, whole_grads = run(q, k, v, modifier, 0)
+  for chunk in (1, 3):
+    out, grads = run(q, k, v, modifier, chunk)
+    np.testing.assert_allclose(out, whole, **TOL)
+    for g, g_whole in zip(jax.tree.leaves(grads), jax.tree.leaves(whole_grads)):
+      np.testing.assert_allclose(g, g_whole, **TOL)
+  with pytest.raises(ValueError, match="sequence_chunk=-1"):
+    attention.blockwise_attention(q, k, v, mask, block_size=8, sequence_chunk=-1)
+
+
+def test_cpu_blockwise_steps_through_the_batch_while_a_sequence_fits_the_cache():
+  # The study's model (4 heads, L=256): 1 MiB of scores per sequence, one sequence per device.
+  assert platform.sequence_chunk(256, 4, backend="cpu", devices=1) == 1
+  assert platform.sequence_chunk(256, 4, backend="cpu", devices=2) == 2
+  # Pathfinder's 8 heads at L=1024 (32 MiB per sequence): the batch at once, as on accelerators.
+  assert platform.sequence_chunk(1024, 8, backend="cpu", devices=1) == 0
+  assert platform.sequence_chunk(256, 4, backend="cuda") == 0
+  cfg = transformer.ModelConfig(vocab_size=20, max_length=256, num_layers=2, d_model=64,
+                                num_heads=4, d_ff=256)
+  chosen = platform.specialise(cfg, backend="cpu")
+  assert (chosen.attention, chosen.attention_block_size,
+          chosen.attention_sequence_chunk) == ("blockwise", 256, jax.device_count())
+  # The speed comes from the tiles: no [B, H, L, L] score array is ever traced, only one
+  # sequence's [1, H, L, L] per step of the loop.
+  tokens = jnp.ones((8, 256), jnp.int32)
+  model = transformer.SequenceModel(chosen.replace(attention_sequence_chunk=1))
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens)
+  jaxpr = jax.make_jaxpr(jax.grad(lambda p: model.apply(p, tokens).sum()))(params)
+  shapes = {tuple(v.aval.shape) for eqn in _all_eqns(jaxpr.jaxpr) for v in eqn.outvars}
+  assert (1, 4, 256, 256) in shapes and (8, 4, 256, 256) not in shapes
+  assert "attention_sequence_chunk" not in transformer.section_defaults()  # not a config key
+
+
+def _all_eqns(jaxpr):
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for param in eqn.params.values():
+      for sub in (param if isinstance(param, (list, tuple)) else [param]):
+        inner = getattr(sub, "jaxpr", None)
+        if inner is not None:
+          yield from _all_eqns(getattr(inner, "jaxpr", inner))
+
+
 @pytest.mark.parametrize("length,block_size", [(37, 8), (16, 4)])
 def test_local_matches_banded_dense(length, block_size):
   q, k, v, cot, mask = _inputs(length, seed=1)
@@ -96,12 +163,16 @@ def test_sequence_model_blockwise_matches_dense():
 def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeypatch):
   monkeypatch.setattr(platform, "AUTO_CPU_MIN_LENGTH", 16)
   on_cpu = jax.default_backend() == "cpu"
+  # Up to AUTO_CPU_ONE_BLOCK_MAX tokens as one block, beyond it in blocks of AUTO_CPU_BLOCK.
   assert platform.resolve_auto_attention(16, dropout=False) == (
+      ("blockwise", 16) if on_cpu else ("dense", None))
+  assert platform.resolve_auto_attention(600, dropout=False) == (
       ("blockwise", platform.AUTO_CPU_BLOCK) if on_cpu else ("dense", None))
   assert platform.resolve_auto_attention(15, dropout=False) == ("dense", None)
   # Only dense has dropout.
   assert platform.resolve_auto_attention(64, dropout=True) == ("dense", None)
   monkeypatch.setattr(platform, "AUTO_CPU_BLOCK", 8)
+  monkeypatch.setattr(platform, "AUTO_CPU_ONE_BLOCK_MAX", 8)
   # The trainer's model: 'auto' resolved once, for the encoder's length (the CLS token counted).
   cfg = transformer.ModelConfig(vocab_size=12, max_length=15, pooling="cls", num_layers=1,
                                 d_model=16, num_heads=2, d_ff=32)

@@ -38,6 +38,26 @@ def test_train_step_benchmark_reports_every_column(tmp_path):
   assert "| cpu | pretrain | 64 | 2 (32) |" in table and "eager÷JAX" in table and "MFU" in table
 
 
+def test_concurrent_mode_runs_each_copy_confined_to_its_own_core(tmp_path):
+  """--concurrent=2: two copies at once, each in one-core mode (--cores) on the sweep runner's slot,
+  their rows in one table; the study's pixel shape with its 256-way pixel loss."""
+  done = subprocess.run(
+      [sys.executable, "benchmarks/train_step.py", "--shapes", "study_pathfinder", "--tiny",
+       "--batch", "2", "--steps", "1", "--warmup", "0", "--kinds", "pretrain",
+       "--no-torch", "--concurrent", "2", "--out", str(tmp_path)],
+      capture_output=True, text=True, timeout=300, cwd=ROOT)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+  slots = [tuple(s) for s in __import__("spt_jax.platform").platform.core_slots(2)]
+  for i, slot in enumerate(slots):
+    report = json.loads((tmp_path / f"process_{i}" / "train_step.json").read_text())
+    assert report["machine"]["usable_cores"] == len(slot)
+    assert report["settings"]["cores"] == ",".join(map(str, slot))
+    (row,) = report["results"]
+    assert row["shape"] == "study_pathfinder" and row["jax_tok_s"] > 0
+  table = (tmp_path / "train_step_concurrent.md").read_text()
+  assert table.count("| study_pathfinder | pretrain |") == 2, table
+
+
 def test_thunk_report_counts_concurrency_exactly():
   sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
   import step_profile

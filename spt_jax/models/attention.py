@@ -372,7 +372,8 @@ def _no_dropout(implementation: str, dropout_fn) -> None:
 
 
 def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, *,
-                        block_size: int, dropout_fn: Callable | None = None,
+                        block_size: int, sequence_chunk: int = 0,
+                        dropout_fn: Callable | None = None,
                         modifier: ScoreModifier = NO_MODIFIER) -> tuple[jax.Array, None]:
   """Exact attention (the same outputs and gradients as `dense_attention`) in memory linear in L.
 
@@ -381,15 +382,34 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
   softmax statistics, so neither pass holds more than one [B, H, block, block] score tile per step.
   L need not be a multiple of `block_size` (padded internally). A query whose keys are all padding
   averages all L values uniformly, as in dense. No attention dropout; returns weights=None.
+
+  sequence_chunk > 0: the batch goes through in a loop, this many sequences per step (the largest
+  divisor of the batch that is no larger), so that each step's score tiles stay in a CPU core's cache
+  rather than streaming [B, H, block, block] tiles through memory (`platform.specialise` sets it).
+  Slice s of the loop holds sequences s, s + n, s + 2n, ... (n steps): the batch's leading axis,
+  which data parallelism shards, stays leading in every slice, so each device loops over its own
+  sequences without moving any. The same numbers as the whole batch at once: every sequence's
+  attention is its own.
   """
   _no_dropout("blockwise", dropout_fn)
   if block_size <= 0:
     raise ValueError(f"attention_block_size={block_size} must be positive.")
-  length = q.shape[1]
+  if sequence_chunk < 0:
+    raise ValueError(f"sequence_chunk={sequence_chunk} must be >= 0 (0: the whole batch at once).")
+  batch, length = q.shape[:2]
   block = min(block_size, length)
   padded = -(-length // block) * block
   q, k, v = (_pad_length(x, padded) for x in (q * q.shape[-1] ** -0.5, k, v))
-  out = _flash(q, k, v, _pad_length(key_mask, padded, False), modifier, length, block)
+  key_mask = _pad_length(key_mask, padded, False)
+  chunk = max((c for c in range(1, min(sequence_chunk, batch) + 1) if batch % c == 0), default=batch)
+  if chunk == batch:
+    out = _flash(q, k, v, key_mask, modifier, length, block)
+  else:
+    steps = batch // chunk
+    split = lambda x: jnp.moveaxis(x.reshape((chunk, steps) + x.shape[1:]), 1, 0)
+    out = jax.lax.map(lambda xs: _flash(*xs, modifier, length, block),
+                      (split(q), split(k), split(v), split(key_mask)))
+    out = jnp.moveaxis(out, 0, 1).reshape((batch,) + out.shape[2:])
   return out[:, :length], None
 
 
@@ -494,14 +514,15 @@ def _uniform_rows(v, causal: bool):
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "local", "cudnn")
 
 
-def attend(q, k, v, key_mask, *, implementation: str, block_size: int,
+def attend(q, k, v, key_mask, *, implementation: str, block_size: int, sequence_chunk: int = 0,
            dropout_fn: Callable | None = None, modifier: ScoreModifier = NO_MODIFIER):
   """Dispatches to an attention implementation; all take and return the same shapes."""
   options = dict(dropout_fn=dropout_fn, modifier=modifier)
   if implementation in ("auto", "dense"):  # 'auto' unresolved by the platform: dense (docstring)
     return dense_attention(q, k, v, key_mask, **options)
   if implementation == "blockwise":
-    return blockwise_attention(q, k, v, key_mask, block_size=block_size, **options)
+    return blockwise_attention(q, k, v, key_mask, block_size=block_size,
+                               sequence_chunk=sequence_chunk, **options)
   if implementation == "local":
     return local_attention(q, k, v, key_mask, block_size=block_size, **options)
   if implementation == "cudnn":
@@ -534,7 +555,8 @@ class MultiHeadAttention(nn.Module):
     if train and cfg.dropout_rate > 0:
       dropout_fn = nn.Dropout(cfg.dropout_rate, deterministic=False)
     out, weights = attend(q, k, v, key_mask, implementation=cfg.attention,
-                          block_size=cfg.attention_block_size, dropout_fn=dropout_fn,
+                          block_size=cfg.attention_block_size,
+                          sequence_chunk=cfg.attention_sequence_chunk, dropout_fn=dropout_fn,
                           modifier=modifier)
     # Recorded only when the caller asks for the 'intermediates' collection (attention analysis);
     # otherwise `sow` is a no-op and costs nothing inside jit. Memory-efficient implementations

@@ -79,8 +79,10 @@ class ModelConfig:
   input_kind: str = "tokens"      # one of INPUT_KINDS
   pixel_mean: float = 0.0         # pixel normalisation, in 8-bit units (the data's, see TaskData)
   pixel_std: float = 255.0
-  # ---- from the platform: the Dense layers' matmul (None: lax.dot_general)
+  # ---- from the platform: the Dense layers' matmul (None: lax.dot_general), and how many sequences
+  # blockwise attention takes per step of its loop over the batch (0: all at once)
   dot_general: Callable | None = None
+  attention_sequence_chunk: int = 0
 
   @property
   def compute_dtype(self):
@@ -106,8 +108,9 @@ class ModelConfig:
 
 
 TASK_FIELDS = ("vocab_size", "max_length", "num_classes", "input_kind", "pixel_mean", "pixel_std")
+PLATFORM_FIELDS = ("dot_general", "attention_sequence_chunk")
 SECTION_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
-                       if f.name not in TASK_FIELDS + ("dot_general",))
+                       if f.name not in TASK_FIELDS + PLATFORM_FIELDS)
 
 
 def section_defaults() -> dict[str, Any]:
