@@ -334,7 +334,9 @@ def _tiny_objective(weighting="grap", **grap_fields):
   config.pretrain.grap.update(grap_fields)
   task = tasks.load(config.data)
   comp = train.make_objective(config, "pretrain", task)
-  params = jax.jit(comp.init_params)(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
+  # Op by op, not jitted: the initialisers' small programs serve every model of these shapes, where
+  # a jitted init is one large program per model (docs/testing.md).
+  params = comp.init_params(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
   batch = next(pipeline.train_batches(comp.splits(task)["train"], 16, seed=0))
   batch = jax.tree.map(jnp.asarray, dict(batch, inputs=batch["inputs"].astype(np.int32)))
   return comp, params, jax.jit(comp.init_state)(), batch
