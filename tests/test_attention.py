@@ -152,7 +152,9 @@ def test_sequence_model_blockwise_matches_dense():
   make = lambda impl, block: transformer.build(vocab_size=12, max_length=21, head="mlm", num_layers=1,
                                            d_model=16, num_heads=2, d_ff=32, attention=impl,
                                            attention_block_size=block)
-  params = jax.jit(make("dense", 8).init)(jax.random.PRNGKey(1), tokens)["params"]
+  # Op by op, not jitted: the initialisers' small programs serve every model of these shapes, where
+  # a jitted init is one large program per model (docs/testing.md).
+  params = make("dense", 8).init(jax.random.PRNGKey(1), tokens)["params"]
   logits = lambda impl, block: jax.jit(make(impl, block).apply)({"params": params}, tokens)
   dense = logits("dense", 8)
   np.testing.assert_allclose(logits("blockwise", 8), dense, **TOL)
@@ -184,7 +186,7 @@ def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeyp
   # The same numbers as dense; an unresolved 'auto' (a model built without the platform) is dense.
   tokens = np.random.default_rng(0).integers(3, 12, (2, 15))
   tokens[1, 9:] = 0
-  params = jax.jit(transformer.SequenceModel(cfg).init)(jax.random.PRNGKey(0), tokens)["params"]
+  params = transformer.SequenceModel(cfg).init(jax.random.PRNGKey(0), tokens)["params"]  # as above
   run = lambda c: transformer.SequenceModel(c).apply({"params": params}, tokens)
   np.testing.assert_allclose(run(chosen), run(cfg.replace(attention="dense")), **TOL)
   q, k, v, _, mask = _inputs(21)

@@ -42,8 +42,10 @@ def test_outputs_up_to_t_ignore_everything_after_t(implementation, block, positi
     x[:, t + 1:] = rng.standard_normal(x[:, t + 1:].shape)
   changed_mask = mask.copy()
   changed_mask[:, t + 1:] = ~mask[:, t + 1:]
-  before = jax.jit(_causal_fn(implementation, block, position, mask)[0])(q, k, v)
-  after = jax.jit(_causal_fn(implementation, block, position, changed_mask)[0])(*changed)
+  # The mask an argument, not a constant of each program: one compilation for both calls.
+  run = jax.jit(lambda m, q, k, v: _causal_fn(implementation, block, position, m)[0](q, k, v))
+  before = run(mask, q, k, v)
+  after = run(changed_mask, *changed)
   np.testing.assert_allclose(np.asarray(after)[:, :t + 1], np.asarray(before)[:, :t + 1],
                              rtol=1e-6, atol=1e-6)
   assert np.abs(np.asarray(after)[:, t + 1:] - np.asarray(before)[:, t + 1:]).max() > 1e-3
@@ -140,7 +142,9 @@ def test_sequence_model_is_causal_and_blockwise_matches_dense(position, attentio
                             attention=attention_impl, attention_block_size=8)
   tokens = np.random.default_rng(0).integers(3, 12, (3, 21))
   tokens[1, 15:] = 0  # trailing padding
-  params = jax.jit(model.init)(jax.random.PRNGKey(1), tokens)["params"]
+  # Op by op, not jitted: the initialisers' small programs serve every model of these shapes, where
+  # a jitted init is one large program per model (docs/testing.md).
+  params = model.init(jax.random.PRNGKey(1), tokens)["params"]
   run = jax.jit(model.apply)
   logits = run({"params": params}, tokens)
   t = 9

@@ -295,12 +295,11 @@ def test_a_sweep_and_surgery_on_a_bucket(tmp_path, cache_dir):
   from spt_jax import config_lib, surgery, sweep
   bucket = FakeBucket(str(tmp_path / "bucket"))
   os.makedirs(bucket.root)
-  tiny_runs = ("pretrain.num_steps=3 finetune.num_steps=3 pretrain.eval_every_steps=3 "
-               "finetune.eval_every_steps=3 data.synthetic.num_train=32 data.synthetic.num_val=8 "
-               "data.synthetic.num_test=8 pretrain.batch_size=8 finetune.batch_size=8")
+  # The local sweep tests' runs (test_sweep.py): their programs, compiled once for all three.
+  from test_sweep import TINY
   grid = config_lib.sweep_config(
       base="configs/synthetic_spt.py:smoke", seeds=(0,), title="on a bucket",
-      runs=[f"spt: {tiny_runs}", f"from_spt: {tiny_runs} phases=finetune "
+      runs=[f"spt: {TINY}", f"from_spt: {TINY} phases=finetune "
             "finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain"])
   root = f"{BUCKET}/sweep"
   with _on_the_bucket(bucket):

@@ -316,6 +316,11 @@ def test_count_variant_and_the_adjacency_task_unchanged():
 
 
 # ---------------------------------------------------------------------------------------- objective
+# The 'own' probe's learning rate in the objective tests: not the default, so that the probe test
+# sees the configured one; the heads test uses it too, so that both compile one GraP train_grads.
+PROBE_LR = 0.05
+
+
 def _tiny_objective(weighting="grap", **grap_fields):
   """A tiny composite objective on the count task: (objective, params, state, one labelled batch)."""
   from spt_jax.data import pipeline, tasks
@@ -329,7 +334,9 @@ def _tiny_objective(weighting="grap", **grap_fields):
   config.pretrain.grap.update(grap_fields)
   task = tasks.load(config.data)
   comp = train.make_objective(config, "pretrain", task)
-  params = jax.jit(comp.init_params)(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
+  # Op by op, not jitted: the initialisers' small programs serve every model of these shapes, where
+  # a jitted init is one large program per model (docs/testing.md).
+  params = comp.init_params(jax.random.PRNGKey(0), jnp.zeros((1, 16), jnp.int32))
   batch = next(pipeline.train_batches(comp.splits(task)["train"], 16, seed=0))
   batch = jax.tree.map(jnp.asarray, dict(batch, inputs=batch["inputs"].astype(np.int32)))
   return comp, params, jax.jit(comp.init_state)(), batch
@@ -350,7 +357,8 @@ def test_heads_train_on_their_unweighted_losses_whatever_the_weights():
   its own loss's unweighted gradient; only the encoder's gradient depends on the weights."""
   rng = jax.random.PRNGKey(3)
   runs = {}
-  for name, kwargs in {"fixed": dict(fixed_weights=(0.01, 5.0, 1e-3, 0.3)), "grap": {}}.items():
+  for name, kwargs in {"fixed": dict(fixed_weights=(0.01, 5.0, 1e-3, 0.3)),
+                       "grap": dict(probe_lr=PROBE_LR)}.items():
     comp, params, state, batch = _tiny_objective(name, **kwargs)
     grads, _, _, _ = jax.jit(comp.train_grads)(params, state, batch, rng)
     runs[name] = grads
@@ -372,14 +380,14 @@ def test_probe_has_its_own_optimiser_and_never_reaches_the_encoder():
   gradient is not 0), whatever the phase's schedule; a batch without labels leaves it as it is; the
   encoder's gradient is the pullback of the weighted pretraining losses alone. 'shared' gives the
   probe's gradient to the trainer as a parameter of pretrain_heads/ instead."""
-  comp, params, state, batch = _tiny_objective(probe_lr=0.05)
+  comp, params, state, batch = _tiny_objective(probe_lr=PROBE_LR)
   rng = jax.random.PRNGKey(1)
   train_grads = jax.jit(comp.train_grads)
   grads, new_state, out, info = train_grads(params, state, batch, rng)
   step = np.asarray(new_state["probe"]["out"]["kernel"] - state["probe"]["out"]["kernel"])
   moved = np.abs(step) > 1e-9
   assert moved.mean() > 0.9
-  np.testing.assert_allclose(np.abs(step[moved]), 0.05, rtol=1e-3)
+  np.testing.assert_allclose(np.abs(step[moved]), PROBE_LR, rtol=1e-3)
   assert "grap_probe_accuracy" in out
   # The encoder's gradient: the VJP of Σ λ_i dL_i/dz, with the coefficients the weighting reported.
   @jax.jit
@@ -447,15 +455,23 @@ def test_grap_report_states_the_precondition_and_the_verdict():
 
 
 # ---------------------------------------------------------------------------------------- phase
-def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
+def _phase_config(**pretrain):
+  """The tiny composite phase of the two tests below, its `pretrain` fields updated: how often it
+  logs, validates and saves is the host's, so both train and evaluate with the same programs."""
   config = load_config("synthetic_grap", "smoke")
-  config.phases = "pretrain"  # The fine-tune's loading is checked below without training it.
+  config.phases = "pretrain"  # The fine-tune's loading is checked without training it.
   config.data.synthetic.update(length=24, num_train=128, num_val=32, num_test=32)
   config.data.max_length = 24
   config.model.update(d_model=16, num_heads=2, d_ff=32)
   config.pretrain.update(num_steps=30, batch_size=16, eval_every_steps=30,
                          checkpoint_every_steps=30, log_every_steps=10)
+  config.pretrain.update(pretrain)
   config.pretrain.composite.log_weights_every = 5
+  return config
+
+
+def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
+  config = _phase_config()
   pre = experiment.run(config, str(tmp_path))["pretrain"]
 
   losses = ("mlm", "span", "contrastive", "random")
@@ -484,7 +500,7 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
   # every encoder array loads with matching shapes, the heads stay behind, the classifier is fresh.
   task = TaskData("synthetic", synthetic.vocabulary(16), 2, 24, {}, "test")
   objective = train.make_objective(config, "finetune", task)
-  params = jax.jit(objective.init_params)(jax.random.PRNGKey(0), jnp.zeros((1, 24), jnp.int32))
+  params = objective.init_params(jax.random.PRNGKey(0), jnp.zeros((1, 24), jnp.int32))  # op by op
   loaded, report = init_from.load_into(params, config.finetune.init_from, workdir=str(tmp_path),
                                        phase_names=["pretrain", "finetune"], phase="finetune")
   assert report["fresh"] == ["classifier/bias", "classifier/kernel"]
@@ -499,19 +515,9 @@ def test_composite_phase_hands_its_encoder_to_the_finetune(tmp_path):
 
 def test_interrupted_composite_phase_resumes_bit_identically(tmp_path,
                                                              monkeypatch):
+  # The phase of the test above, saved every 10 steps: its programs serve all three runs here.
   def config():
-    c = load_config("synthetic_grap", "smoke")
-    c.phases = "pretrain"
-    c.data.synthetic.update(length=16, num_train=64, num_val=16, num_test=16)
-    c.data.max_length = 16
-    c.model.update(d_model=16, num_heads=2, d_ff=32)
-    c.pretrain.update(num_steps=20, batch_size=16, eval_every_steps=10, checkpoint_every_steps=10,
-                      log_every_steps=5)
-    c.pretrain.composite.log_weights_every = 5
-    # Two heads keep the three compilations short; GraP's state (logits, moments, EMAs, the probe
-    # and its optimiser) is the same whatever the number of losses.
-    c.pretrain.composite.losses = ("mlm", "random")
-    return c
+    return _phase_config(eval_every_steps=10, checkpoint_every_steps=10, log_every_steps=5)
 
   reference = experiment.run(config(), str(tmp_path / "reference"))["pretrain"]
 

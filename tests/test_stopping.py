@@ -145,9 +145,9 @@ def test_training_flops_match_a_hand_count():
   assert flops.keys_per_query(local) == 24 and flops.keys_per_query(cfg) == length
 
 
-def test_compute_matched_scratch_trains_for_the_flops_of_the_run_it_matches(tmp_path, cache_dir):
-  spt = str(tmp_path / "spt")
-  done = experiment.run(tiny(load_config("listops_spt"), cache_dir, 6), spt)
+def test_compute_matched_scratch_trains_for_the_flops_of_the_run_it_matches(tmp_path, cache_dir,
+                                                                          spt_run):
+  spt, _, done = spt_run  # the tiny SPT run, 6 steps a phase; only read here
   spent = sum(done[p]["train_flops"] for p in ("pretrain", "finetune"))
   matched = tiny(load_config("listops_scratch"), cache_dir, 6)
   matched.finetune.match_compute_of = spt
