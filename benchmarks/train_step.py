@@ -270,18 +270,9 @@ def _patched(module, name: str, value):
     setattr(module, name, original)
 
 
-@contextlib.contextmanager
 def patched_attention(core):
   """Temporarily routes MultiHeadAttention's `attend` to `core` (only while the step is traced)."""
-  if core is None:
-    yield
-    return
-  original = attention_lib.attend
-  attention_lib.attend = core
-  try:
-    yield
-  finally:
-    attention_lib.attend = original
+  return contextlib.nullcontext() if core is None else _patched(attention_lib, "attend", core)
 
 
 def _xla_dot_product_attention(q, k, v, key_mask, **_):
