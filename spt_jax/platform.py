@@ -310,18 +310,30 @@ def backend_name() -> str:
 CUDA_BACKENDS = ("cuda", "gpu")
 
 # attention='auto' on the CPU backend: XLA's dense attention makes several passes over the L×L
-# scores, and blockwise attention's forward + backward beats it from L=128 on; up to 256 tokens as a
-# single block, beyond that in blocks of 128 (benchmarks/README.md, "Findings behind the code's
-# choices", "Attention").
+# scores, and blockwise attention's forward + backward beats it from L=128 on; one block up to a
+# length that depends on the cores each device has, beyond that blocks of 128 (benchmarks/README.md,
+# "Findings behind the code's choices", "Attention"). On one core a whole sequence as one block
+# pays off up to 256 tokens; with several cores per device the larger tiles of one block split
+# better over the cores, up to 1,024 tokens.
 AUTO_CPU_MIN_LENGTH = 128
 AUTO_CPU_ONE_BLOCK_MAX = 256
+AUTO_CPU_THREADED_ONE_BLOCK_MAX = 1024
 AUTO_CPU_BLOCK = 128
 # Blockwise attention on the CPU goes through the batch one sequence per device at a time
 # (`attention_sequence_chunk`) while one sequence's scores, heads × L² float32, take at most this
 # many bytes: each step's tiles then stay in the core's cache instead of streaming the whole batch's
-# through memory. Longer sequences already loop over many block pairs each, and the batch at once
-# measured faster there.
+# through memory. With several cores per device a step's small tiles split poorly over them, and
+# the loop pays only while a sequence's scores fit one core's L2-sized budget; longer sequences
+# already loop over many block pairs each, and the batch at once measured faster there.
 CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES = 4 << 20
+CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES = 1 << 20
+
+
+def cpu_cores_per_device(devices: int | None = None) -> int:
+  """The cores each of `devices` CPU devices (default: this process's local devices) runs on: the
+  cores this process may use, shared out (at least 1). Decides the CPU attention's tiling."""
+  return max(1, usable_cores() // (devices or jax.local_device_count()))
+
 
 # What cuDNN's fused attention (jax.nn.dot_product_attention(implementation='cudnn'), jax 0.10's
 # checks in jax/_src/cudnn/fused_attention_stablehlo.py) runs: float16/bfloat16 operands only
@@ -368,13 +380,15 @@ def cudnn_unsupported(dtype: str, head_dim: int | None, alibi: bool = False, *,
 
 def choose_auto_attention(length: int, dropout: bool, *, dtype: str = "float32",
                           head_dim: int | None = None, alibi: bool = False, position=None,
-                          backend: str | None = None) -> AttentionChoice:
+                          backend: str | None = None,
+                          cores_per_device: int | None = None) -> AttentionChoice:
   """What `implementation='auto'` runs for a model on `backend` (default: this process's,
   `backend_name`): on a CUDA GPU cuDNN's fused kernel where it supports the case, else dense; on
   the CPU blockwise from AUTO_CPU_MIN_LENGTH tokens; dense whenever attention dropout is active
   (only dense has it) and on every other backend (XLA fuses it there; a step that does not fit is
   stopped before it runs with attention='blockwise' among the remedies, spt_jax/preflight.py).
-  `alibi`, `position`: as in `cudnn_unsupported`."""
+  `alibi`, `position`: as in `cudnn_unsupported`. `cores_per_device` (CPU; default:
+  `cpu_cores_per_device`) sets the longest sequence taken as one block."""
   backend = backend or backend_name()
   if dropout:
     return AttentionChoice("dense", None, "attention dropout is active and only dense has it")
@@ -386,9 +400,13 @@ def choose_auto_attention(length: int, dropout: bool, *, dtype: str = "float32",
                                             f"causal mask")
     return AttentionChoice("dense", None, f"CUDA GPU, but {why_not}")
   if backend == "cpu" and length >= AUTO_CPU_MIN_LENGTH:
-    block = length if length <= AUTO_CPU_ONE_BLOCK_MAX else AUTO_CPU_BLOCK
+    cores = cores_per_device or cpu_cores_per_device()
+    one_block_max = AUTO_CPU_ONE_BLOCK_MAX if cores == 1 else AUTO_CPU_THREADED_ONE_BLOCK_MAX
+    block = length if length <= one_block_max else AUTO_CPU_BLOCK
     return AttentionChoice("blockwise", block,
-                           f"CPU and L={length} >= {AUTO_CPU_MIN_LENGTH}: blockwise is faster")
+                           f"CPU and L={length} >= {AUTO_CPU_MIN_LENGTH}: blockwise is faster"
+                           f" ({'one block' if block == length else f'blocks of {block}'} with "
+                           f"{cores} core{'s' if cores > 1 else ''} per device)")
   if backend == "cpu":
     return AttentionChoice("dense", None, f"CPU and L={length} < {AUTO_CPU_MIN_LENGTH}")
   return AttentionChoice("dense", None, f"{backend}: XLA's dense attention")
@@ -441,14 +459,19 @@ def specialise(model_config, backend: str | None = None):
 
 
 def sequence_chunk(length: int, num_heads: int, backend: str | None = None,
-                   devices: int | None = None) -> int:
+                   devices: int | None = None, cores_per_device: int | None = None) -> int:
   """How many sequences blockwise attention takes per step of its loop over the batch
   (models/attention.py, `sequence_chunk`; 0: the whole batch at once): on the CPU one per device
   (default: all of JAX's, over which the trainer's mesh splits the batch) while a sequence's scores
-  fit in CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES; elsewhere 0, the batch being what fills an
-  accelerator."""
-  if (backend or backend_name()) != "cpu" or num_heads * length * length * 4 > (
-      CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES):
+  fit in CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES (one core per device) or
+  CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES (more; default: `cpu_cores_per_device` of the local
+  devices); elsewhere 0, the batch being what fills an accelerator."""
+  if (backend or backend_name()) != "cpu":
+    return 0
+  cores = cores_per_device or cpu_cores_per_device()
+  limit = (CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES if cores == 1
+           else CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES)
+  if num_heads * length * length * 4 > limit:
     return 0
   return devices or jax.device_count()
 

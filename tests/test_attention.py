@@ -93,6 +93,10 @@ def test_cpu_blockwise_steps_through_the_batch_while_a_sequence_fits_the_cache()
   assert platform.sequence_chunk(256, 4, backend="cpu", devices=2) == 2
   # Pathfinder's 8 heads at L=1024 (32 MiB per sequence): the batch at once, as on accelerators.
   assert platform.sequence_chunk(1024, 8, backend="cpu", devices=1) == 0
+  # 4 MiB per sequence: worth the loop on a core of its own, not on a device with several cores.
+  assert platform.sequence_chunk(512, 4, backend="cpu", devices=1, cores_per_device=1) == 1
+  assert platform.sequence_chunk(512, 4, backend="cpu", devices=1, cores_per_device=2) == 0
+  assert platform.sequence_chunk(256, 4, backend="cpu", devices=1, cores_per_device=2) == 1
   assert platform.sequence_chunk(256, 4, backend="cuda") == 0
   cfg = transformer.ModelConfig(vocab_size=20, max_length=256, num_layers=2, d_model=64,
                                 num_heads=4, d_ff=256)
@@ -165,16 +169,21 @@ def test_sequence_model_blockwise_matches_dense():
 def test_auto_picks_blockwise_for_long_cpu_sequences_and_dense_otherwise(monkeypatch):
   monkeypatch.setattr(platform, "AUTO_CPU_MIN_LENGTH", 16)
   on_cpu = jax.default_backend() == "cpu"
-  # Up to AUTO_CPU_ONE_BLOCK_MAX tokens as one block, beyond it in blocks of AUTO_CPU_BLOCK.
+  # Up to AUTO_CPU_ONE_BLOCK_MAX tokens as one block (AUTO_CPU_THREADED_ONE_BLOCK_MAX with several
+  # cores per device), beyond it in blocks of AUTO_CPU_BLOCK.
   assert platform.resolve_auto_attention(16, dropout=False) == (
       ("blockwise", 16) if on_cpu else ("dense", None))
-  assert platform.resolve_auto_attention(600, dropout=False) == (
+  for cores, block in ((1, platform.AUTO_CPU_BLOCK), (2, 600)):
+    assert platform.resolve_auto_attention(600, dropout=False, cores_per_device=cores) == (
+        ("blockwise", block) if on_cpu else ("dense", None))
+  assert platform.resolve_auto_attention(2000, dropout=False, cores_per_device=2) == (
       ("blockwise", platform.AUTO_CPU_BLOCK) if on_cpu else ("dense", None))
   assert platform.resolve_auto_attention(15, dropout=False) == ("dense", None)
   # Only dense has dropout.
   assert platform.resolve_auto_attention(64, dropout=True) == ("dense", None)
   monkeypatch.setattr(platform, "AUTO_CPU_BLOCK", 8)
   monkeypatch.setattr(platform, "AUTO_CPU_ONE_BLOCK_MAX", 8)
+  monkeypatch.setattr(platform, "AUTO_CPU_THREADED_ONE_BLOCK_MAX", 8)
   # The trainer's model: 'auto' resolved once, for the encoder's length (the CLS token counted).
   cfg = transformer.ModelConfig(vocab_size=12, max_length=15, pooling="cls", num_layers=1,
                                 d_model=16, num_heads=2, d_ff=32)
