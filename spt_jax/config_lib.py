@@ -37,6 +37,8 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
                                     # micro-batches whose gradients are averaged (the same update,
                                     # less activation memory); batch_size must divide into them
       eval_batch_size=0,            # 0: same as batch_size
+      train_examples=0,             # > 0: train on this many examples of the training split, a
+                                    # subset fixed by config.seed (a data-size sweep); 0: all of it
       num_epochs=1.0,               # used when num_steps == 0
       num_steps=0,
       match_compute_of="",          # a run directory: instead of num_steps/num_epochs, train as many
@@ -177,6 +179,10 @@ def validate(config, device_count: int) -> None:
     for key in ("num_steps", "num_epochs", "warmup_steps", "eval_batch_size", "weight_decay",
                 "grad_clip_norm", "max_eval_batches"):
       _positive(p[key], f"{name}.{key}", allow_zero=True)
+    if not isinstance(p.train_examples, int) or isinstance(p.train_examples, bool) or (
+        p.train_examples < 0):
+      raise ValueError(f"config.{name}.train_examples={p.train_examples!r} must be a whole number "
+                       f">= 0 (0: the whole training split).")
     if p.num_steps == 0 and p.num_epochs == 0:
       raise ValueError(f"config.{name}: set num_steps or num_epochs (both are 0).")
     for key in ("batch_size", "eval_batch_size"):

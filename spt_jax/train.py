@@ -532,6 +532,11 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   # ---------------------------------------------------------------- Data, model and objective
   objective = make_objective(config, name, task)
   splits = objective.splits(task)
+  if cfg.train_examples:
+    splits = dict(splits, train=pipeline.subset(splits["train"], cfg.train_examples,
+                                                seed=config.seed, what=f"config.{name}.train_examples"))
+    logging.info("[%s] training on %d examples of the training split (train_examples).", name,
+                 cfg.train_examples)
   num_train = pipeline.num_examples(splits["train"])
   steps = total_steps(cfg, num_train)
   init_rng, train_rng, eval_rng = jax.random.split(phase_rng(config.seed, name), 3)

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from conftest import load_config
+from spt_jax import config_lib
 from spt_jax.data import pipeline
 
 ARRAYS = {"inputs": np.arange(50)[:, None] * np.ones((1, 3), int), "labels": np.arange(50)}
@@ -41,3 +43,27 @@ def test_errors_name_the_problem():
     next(pipeline.train_batches(ARRAYS, 8, seed=0, process_count=3))
   with pytest.raises(ValueError, match="fewer than one batch of 64"):
     next(pipeline.train_batches(ARRAYS, 64, seed=0))
+
+
+def test_a_training_subset_is_fixed_by_the_seed_and_refuses_impossible_sizes():
+  part = pipeline.subset(ARRAYS, 10, seed=0)
+  labels = part["labels"]
+  assert len(labels) == 10 and len(set(labels)) == 10 and list(labels) == sorted(labels)
+  np.testing.assert_array_equal(part["inputs"][:, 0], labels)  # rows stay together
+  np.testing.assert_array_equal(pipeline.subset(ARRAYS, 10, seed=0)["labels"], labels)
+  assert not np.array_equal(pipeline.subset(ARRAYS, 10, seed=1)["labels"], labels)
+  # A smaller subset of the same seed is not required to nest; the whole split is itself.
+  np.testing.assert_array_equal(pipeline.subset(ARRAYS, 50, seed=3)["labels"], ARRAYS["labels"])
+  for bad in (0, 51):
+    with pytest.raises(ValueError, match=f"config.finetune.train_examples={bad} must be between 1 "
+                                         f"and the split's 50 examples"):
+      pipeline.subset(ARRAYS, bad, seed=0, what="config.finetune.train_examples")
+
+
+@pytest.mark.parametrize("value", [-5, True])  # a float is refused by the ConfigDict itself
+def test_a_bad_training_subset_size_is_refused_with_the_config_checks(value):
+  config = load_config("synthetic_scratch")
+  config.finetune.train_examples = value
+  with pytest.raises(ValueError, match=rf"config.finetune.train_examples={value!r} must be a whole "
+                                       r"number >= 0 \(0: the whole training split\)"):
+    config_lib.validate(config, 1)

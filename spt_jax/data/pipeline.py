@@ -21,6 +21,17 @@ def num_examples(arrays: Mapping[str, np.ndarray]) -> int:
   return next(iter(sizes.values()))
 
 
+def subset(arrays: Mapping[str, np.ndarray], count: int, *, seed: int,
+           what: str = "subset") -> dict[str, np.ndarray]:
+  """`count` examples of a split, drawn without replacement by `seed` and kept in split order: the
+  same examples for every run of that seed, whatever else the run changes."""
+  available = num_examples(arrays)
+  if not 0 < count <= available:
+    raise ValueError(f"{what}={count} must be between 1 and the split's {available} examples.")
+  keep = np.sort(np.random.default_rng(seed).choice(available, count, replace=False))
+  return {k: v[keep] for k, v in arrays.items()}
+
+
 def _local_slice(global_batch: int, process_index: int, process_count: int) -> slice:
   if global_batch % process_count:
     raise ValueError(f"Global batch size {global_batch} is not divisible by the number of processes "
