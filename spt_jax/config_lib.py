@@ -78,8 +78,13 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
           exclude=(),               # ... minus these
           gamma_ft=-1.0,            # >= 0: re-draw gamma_ft_paths from N(0, gamma_ft²) (0 allowed)
           gamma_ft_paths=("classifier/kernel",),
-          rescale=1.0,              # != 1: multiply rescale_paths by this (relative layer scale)
-          rescale_paths=())),
+          rescale=1.0,              # != 1: multiply rescale_paths by this (absolute layer scale)
+          rescale_paths=(),
+          # != 0: the theory's relative scale λ ∈ [-1, 1] of earlier vs later layers at a fixed
+          # sum of squares: earlier × √(1+λ), later × √(1-λ) (docs/theory.md)
+          relative_scale=0.0,
+          relative_scale_earlier=("attention",),
+          relative_scale_later=("mlp", "embeddings"))),
   ))
   c.update(objectives.get(objective).config_fields())
   c.update(overrides)
@@ -108,7 +113,8 @@ def _positive(value, key, *, allow_zero=False):
 
 
 PATTERN_FIELDS = ("freeze", "init_from.include", "init_from.exclude", "init_from.gamma_ft_paths",
-                  "init_from.rescale_paths")
+                  "init_from.rescale_paths", "init_from.relative_scale_earlier",
+                  "init_from.relative_scale_later")
 
 
 def flat_items(d, prefix=""):
@@ -183,6 +189,9 @@ def validate(config, device_count: int) -> None:
         p.train_examples < 0):
       raise ValueError(f"config.{name}.train_examples={p.train_examples!r} must be a whole number "
                        f">= 0 (0: the whole training split).")
+    if not -1.0 <= p.init_from.relative_scale <= 1.0:
+      raise ValueError(f"config.{name}.init_from.relative_scale={p.init_from.relative_scale!r} "
+                       f"must be in [-1, 1] (earlier layers × √(1+λ), later × √(1-λ)).")
     if p.num_steps == 0 and p.num_epochs == 0:
       raise ValueError(f"config.{name}: set num_steps or num_epochs (both are 0).")
     for key in ("batch_size", "eval_batch_size"):

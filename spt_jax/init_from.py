@@ -5,10 +5,13 @@ W_Q, W_K) and loading an edited checkpoint: exactly the checkpoint paths selecte
 `exclude` (presets or regexes) are copied, shapes and dtypes must agree, and every selected path must
 exist in the model (as in big_vision's `merge_params`, a silent partial load is never an option).
 Then the init-scale controls of the pretraining → fine-tuning theory apply: `gamma_ft` re-draws the
-readout with std gamma_ft (0 allowed) and `rescale` multiplies chosen subtrees (relative layer scale).
+readout with std gamma_ft (0 allowed), `rescale` multiplies chosen subtrees (absolute scale), and
+`relative_scale` λ moves scale between earlier and later layers at a fixed sum of squares, as the
+theory's λ does between a diagonal network's two layers (earlier × √(1+λ), later × √(1-λ)).
 """
 from __future__ import annotations
 
+import math
 import os
 import zlib
 
@@ -69,25 +72,41 @@ def check(init_cfg, params, *, workdir: str, phase_names, phase: str, planned: d
   _scale_paths(init_cfg, params, phase)
 
 
-def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], list[str]]:
-  """The leaves `gamma_ft` re-draws and `rescale` multiplies (each pattern must match)."""
-  gamma, rescale = [], []
+def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], dict[str, float]]:
+  """The leaves `gamma_ft` re-draws, and the factor each rescaled leaf is multiplied by (`rescale`
+  times the relative scale's √(1±λ)); every pattern must match, and the relative scale's two
+  groups must not share a leaf."""
+  gamma, factors = [], {}
+  key = f"config.{phase}.init_from"
   if init_cfg.gamma_ft >= 0:
-    gamma = param_groups.resolve(init_cfg.gamma_ft_paths, params,
-                                 what=f"config.{phase}.init_from.gamma_ft_paths")
+    gamma = param_groups.resolve(init_cfg.gamma_ft_paths, params, what=f"{key}.gamma_ft_paths")
   if init_cfg.rescale != 1.0:
     if not init_cfg.rescale_paths:
-      raise ValueError(f"config.{phase}.init_from.rescale={init_cfg.rescale} needs "
-                       f"config.{phase}.init_from.rescale_paths (presets or regexes).")
-    rescale = param_groups.resolve(init_cfg.rescale_paths, params,
-                                   what=f"config.{phase}.init_from.rescale_paths")
-  return gamma, rescale
+      raise ValueError(f"{key}.rescale={init_cfg.rescale} needs {key}.rescale_paths (presets or "
+                       f"regexes).")
+    for p in param_groups.resolve(init_cfg.rescale_paths, params, what=f"{key}.rescale_paths"):
+      factors[p] = init_cfg.rescale
+  lam = init_cfg.relative_scale
+  if lam != 0.0:
+    earlier = param_groups.resolve(init_cfg.relative_scale_earlier, params,
+                                   what=f"{key}.relative_scale_earlier")
+    later = param_groups.resolve(init_cfg.relative_scale_later, params,
+                                 what=f"{key}.relative_scale_later")
+    both = sorted(set(earlier) & set(later))
+    if both:
+      raise ValueError(f"{key}.relative_scale_earlier and relative_scale_later both select "
+                       f"{both[0]!r}: a leaf is either earlier or later.")
+    for paths, factor in ((earlier, math.sqrt(1 + lam)), (later, math.sqrt(1 - lam))):
+      for p in paths:
+        factors[p] = factors.get(p, 1.0) * factor
+  return gamma, factors
 
 
 def apply_scales(params, init_cfg, rng, *, phase: str):
-  """The readout re-initialisation (`gamma_ft`) and subtree multipliers (`rescale`); a report dict."""
+  """The readout re-initialisation (`gamma_ft`) and subtree multipliers (`rescale`,
+  `relative_scale`); a report dict."""
   report = {}
-  gamma_paths, rescale_paths = _scale_paths(init_cfg, params, phase)
+  gamma_paths, factors = _scale_paths(init_cfg, params, phase)
   if init_cfg.gamma_ft >= 0:
     def redraw(path, leaf):
       if path not in gamma_paths:
@@ -98,8 +117,13 @@ def apply_scales(params, init_cfg, rng, *, phase: str):
                             leaf.sharding)
     params = tree.map_with_path(redraw, params)
     report["gamma_ft"] = {"std": init_cfg.gamma_ft, "paths": gamma_paths}
-  if init_cfg.rescale != 1.0:
+  if factors:
     params = tree.map_with_path(
-        lambda p, x: (x * init_cfg.rescale).astype(x.dtype) if p in rescale_paths else x, params)
-    report["rescale"] = {"factor": init_cfg.rescale, "paths": rescale_paths}
+        lambda p, x: (x * factors[p]).astype(x.dtype) if p in factors else x, params)
+    if init_cfg.rescale != 1.0:
+      report["rescale"] = {"factor": init_cfg.rescale,
+                           "paths": param_groups.resolve(init_cfg.rescale_paths, params,
+                                                         what="rescale_paths")}
+    if init_cfg.relative_scale != 0.0:
+      report["relative_scale"] = {"lambda": init_cfg.relative_scale, "factors": factors}
   return params, report

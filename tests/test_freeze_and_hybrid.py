@@ -127,3 +127,45 @@ def test_init_from_errors(tmp_path, cache_dir, spt_run):
 def test_presets_expand_and_bare_strings_are_one_entry():
   assert param_groups.expand("qk") == list(param_groups.PRESETS["qk"])
   assert param_groups.expand(("mlp", "classifier/.*")) == [*param_groups.PRESETS["mlp"], "classifier/.*"]
+
+
+def test_relative_scale_moves_scale_between_layer_groups_at_a_fixed_sum_of_squares():
+  """The theory's λ on a Transformer: earlier × √(1+λ), later × √(1-λ), so that an earlier and a
+  later leaf of equal norm keep the sum of their squared norms; combined with `rescale` per leaf."""
+  import jax.numpy as jnp
+  import ml_collections
+  from spt_jax import init_from
+  ones = lambda: jnp.ones((2, 2), jnp.float32)  # noqa: E731
+  params = {"encoder": {"layer_0": {"attention": {"query": {"kernel": ones()}},
+                                    "mlp": {"dense_0": {"kernel": ones()}}},
+                        "token_embedding": {"embedding": ones()}},
+            "classifier": {"kernel": ones()}}
+  cfg = ml_collections.ConfigDict(dict(
+      gamma_ft=-1.0, gamma_ft_paths=("classifier/kernel",), rescale=2.0, rescale_paths=("mlp",),
+      relative_scale=-0.5, relative_scale_earlier=("attention",),
+      relative_scale_later=("mlp", "embeddings")))
+  out, report = init_from.apply_scales(params, cfg, None, phase="finetune")
+  q = float(out["encoder"]["layer_0"]["attention"]["query"]["kernel"][0, 0])
+  emb = float(out["encoder"]["token_embedding"]["embedding"][0, 0])
+  mlp = float(out["encoder"]["layer_0"]["mlp"]["dense_0"]["kernel"][0, 0])
+  assert q == pytest.approx(0.5 ** 0.5) and emb == pytest.approx(1.5 ** 0.5)
+  assert q ** 2 + emb ** 2 == pytest.approx(2.0)
+  assert mlp == pytest.approx(2.0 * 1.5 ** 0.5)
+  assert float(out["classifier"]["kernel"][0, 0]) == 1.0
+  assert report["relative_scale"]["lambda"] == -0.5
+  cfg.relative_scale_later = ("attention",)
+  with pytest.raises(ValueError, match="both select 'encoder/layer_0/attention/query/kernel'"):
+    init_from.apply_scales(params, cfg, None, phase="finetune")
+  cfg.relative_scale_later = ("nothing_here",)
+  with pytest.raises(ValueError, match="relative_scale_later"):
+    init_from.apply_scales(params, cfg, None, phase="finetune")
+
+
+@pytest.mark.parametrize("value", [-1.5, 1.01])
+def test_a_relative_scale_outside_minus_one_to_one_is_refused_with_the_config_checks(value):
+  from spt_jax import config_lib
+  config = load_config("synthetic_spt")
+  config.finetune.init_from.relative_scale = value
+  with pytest.raises(ValueError, match=rf"config.finetune.init_from.relative_scale={value!r} must "
+                                       r"be in \[-1, 1\]"):
+    config_lib.validate(config, 1)

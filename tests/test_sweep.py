@@ -36,6 +36,35 @@ def test_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
   stamps = {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in ("spt", "from_spt")}
   assert sweep.run_sweep(_sweep(), str(tmp_path)) == rows
   assert stamps == {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in stamps}
+  _records_survive_the_workdir(tmp_path, rows)
+
+
+def _load_script(name):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(sweep.ROOT, "scripts",
+                                                                   f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _records_survive_the_workdir(workdir, rows):
+  """scripts/run_records.py: a lost workdir's finished runs come back from their records, the
+  sweep skips them and its table is the same; a run stopped between phases is not recorded."""
+  records = _load_script("run_records")
+  partial = workdir / "half" / "seed_0"  # pretrained, not fine-tuned
+  partial.mkdir(parents=True)
+  (partial / "run_spec.json").write_text(sweep.json.dumps(
+      {"overrides": {"config": "configs/synthetic_spt.py:smoke"}, "seed": 0}))
+  (partial / "results.json").write_text('{"pretrain": {}}')
+  kept = workdir.parent / "records"
+  assert records.save(workdir, kept) == 2
+  assert not (kept / "half").exists() and not list(kept.rglob("checkpoints"))
+  assert (kept / "spt/seed_0/pretrain/metrics.jsonl").exists()
+  fresh = workdir.parent / "fresh"
+  assert records.restore(kept, fresh) == (2, 0)
+  assert sweep.run_sweep(_sweep(), str(fresh)) == rows
+  assert not (fresh / "spt/seed_0/pretrain/checkpoints").exists()  # nothing was re-run
+  assert records.restore(kept, fresh) == (0, 2)
 
 
 def test_bad_run_specs_are_refused():
@@ -201,3 +230,18 @@ def test_core_slots_split_the_cores_evenly_and_cores_are_checked():
     platform.parse_cores("0,x")
   with pytest.raises(ValueError, match="names no core"):
     platform.parse_cores(",")
+
+
+@pytest.mark.parametrize("arg", ["synthetic", "synthetic,data", "pathfinder", "pathfinder,data"])
+def test_init_scale_sweeps_load_and_pathfinder_shares_the_plateau_studys_spt_runs(arg):
+  sw = sweep.check_sweep(config_lib.load_config(f"configs/sweeps/init_scales.py:{arg}"))
+  names = [sweep.parse_run(r)[0] for r in sw.runs]
+  assert len(set(names)) == len(names) and names[0] == "spt"
+  for name, overrides in map(sweep.parse_run, sw.runs[1:]):
+    assert sweep.references(overrides) == {"spt"}, name
+  if arg.startswith("pathfinder"):  # one run directory, so one spec
+    plateau = config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,a")
+    assert sweep.parse_run(sw.runs[0]) == sweep.parse_run(plateau.runs[0])
+    assert sw.base == plateau.base
+  with pytest.raises(ValueError, match="takes 'task\\[,variant\\]'"):
+    config_lib.load_config("configs/sweeps/init_scales.py:cpu")

@@ -1,17 +1,87 @@
-r"""The pretraining-inductive-bias theory's knobs on a Transformer (Anguita et al.): readout
-re-initialisation scale gamma_ft of the fresh classifier, and the relative scale of the loaded layers.
+r"""The pretraining theory's init-scale knobs on a Transformer (Anguita et al.; docs/theory.md, "From
+diagonal networks to Transformers"): every arm fine-tunes its seed's SPT checkpoint, changed only at
+the hand-off, so the arms differ in nothing else.
 
-  python -m spt_jax.sweep --config=configs/sweeps/init_scales.py:cpu --workdir=runs/sweep_scales_cpu
+  python -m spt_jax.sweep --config=configs/sweeps/init_scales.py:synthetic --workdir=~/spt_runs/init_scales
+  python -m spt_jax.sweep --config=configs/sweeps/init_scales.py:synthetic,data --workdir=~/spt_runs/init_scales
+  python -m spt_jax.sweep --config=configs/sweeps/init_scales.py:pathfinder \
+      --workdir=~/spt_runs/lra_plateau/pathfinder
+  (Pathfinder shares the plateau study's SPT runs, configs/sweeps/lra_plateau.py, and its budgets)
+
+Arms (`scales`, the default):
+  spt               the hand-off as trained: the fresh readout at the model's own initialisation
+  gamma_{0,0.1,1}   the readout re-drawn from N(0, γ²): the theory's γ_FT (init_from.gamma_ft)
+  lambda_{-0.5,0.5} the theory's relative scale λ (init_from.relative_scale): loaded attention
+                    × √(1+λ), loaded MLP and embeddings × √(1−λ), the sum of squares of an attention
+                    and an MLP leaf of equal norm kept, as w² + v² = c is in a diagonal network
+  c_{0.5,2}         the whole loaded encoder × c (init_from.rescale): the theory's absolute scale,
+                    c² in its units (c scales w² + v² there), applied at the hand-off
+Arms (`data`): data{10,30}_spt and data{10,30}_gamma_{0,0.1,1}, fine-tuned on 10% and 30% of the
+training split (a seeded subset, `train_examples`): the theory places γ_FT's benefit at intermediate
+sample sizes (100% is the `scales` sweep).
+
+Budgets: Pathfinder's are the plateau study's (fine-tuning to its plateau, cap 10,000 steps);
+the synthetic task's fine-tuning runs to a plateau too (cap 6,000 steps, validation every 250,
+stops after 8 validations without 0.5 points of gain); its SPT phase is the `cpu` variant's.
 """
+import importlib.util
+import os
+
 from spt_jax.config_lib import sweep_config
+
+SEEDS = (0, 1, 2)
+GAMMAS = (0.0, 0.1, 1.0)
+LAMBDAS = (-0.5, 0.5)
+ABSOLUTE = (0.5, 2.0)
+DATA_FRACTIONS = (0.1, 0.3)
+TRAIN_SIZE = {"synthetic": 8_000, "pathfinder": 20_000}  # the `cpu` variants' training splits
+
+SYNTHETIC_FINETUNE = ("finetune.num_steps=6000 finetune.eval_every_steps=250 "
+                      "finetune.checkpoint_every_steps=250 finetune.stop_on_plateau.patience=8 "
+                      "finetune.stop_on_plateau.min_delta=0.005")
+
+
+def _lra_plateau():
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lra_plateau.py")
+  spec = importlib.util.spec_from_file_location("lra_plateau", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _arms(task: str, variant: str) -> list[str]:
+  if task == "pathfinder":  # the plateau study's own SPT run, so its directory is shared
+    plateau = _lra_plateau()
+    spt, finetune = f"{plateau.pretrain(task)} {plateau.FINETUNE}", plateau.FINETUNE
+  else:
+    spt = finetune = SYNTHETIC_FINETUNE
+  from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
+              f"{finetune}")
+  gammas = {f"gamma_{g:g}": f"finetune.init_from.gamma_ft={g}" for g in GAMMAS}
+  if variant == "data":
+    arms = [f"spt: {spt}"]
+    for fraction in DATA_FRACTIONS:
+      n, prefix = int(fraction * TRAIN_SIZE[task]), f"data{round(100 * fraction)}"
+      arms.append(f"{prefix}_spt: {from_spt} finetune.train_examples={n}")
+      arms += [f"{prefix}_{name}: {from_spt} {knob} finetune.train_examples={n}"
+               for name, knob in gammas.items()]
+    return arms
+  return ([f"spt: {spt}"] + [f"{name}: {from_spt} {knob}" for name, knob in gammas.items()]
+          + [f"lambda_{lam:g}: {from_spt} finetune.init_from.relative_scale={lam}"
+             for lam in LAMBDAS]
+          + [f"c_{c:g}: {from_spt} finetune.init_from.rescale={c} "
+             "finetune.init_from.rescale_paths=encoder" for c in ABSOLUTE])
 
 
 def get_config(arg=None):
-  runs = ["default: pretrain.data=", "gamma_0: finetune.init_from.gamma_ft=0.0",
-          "gamma_0.1: finetune.init_from.gamma_ft=0.1", "gamma_1: finetune.init_from.gamma_ft=1.0",
-          "encoder_x0.5: finetune.init_from.rescale=0.5 finetune.init_from.rescale_paths=encoder",
-          "encoder_x2: finetune.init_from.rescale=2.0 finetune.init_from.rescale_paths=encoder",
-          "attention_x0.5: finetune.init_from.rescale=0.5 finetune.init_from.rescale_paths=attention"]
-  return sweep_config(base="configs/synthetic_spt.py" + (":cpu" if arg == "cpu" else ""),
-                      runs=runs, seeds=(0, 1) if arg == "cpu" else (0, 1, 2),
-                      title="Init scales at fine-tuning")
+  task, _, variant = (arg or "synthetic").partition(",")
+  variant = variant or "scales"
+  if task not in TRAIN_SIZE or variant not in ("scales", "data"):
+    raise ValueError(f"configs/sweeps/init_scales.py takes 'task[,variant]' with task in "
+                     f"{tuple(TRAIN_SIZE)} and variant 'scales' or 'data', got {arg!r}.")
+  base = f"configs/{task}_spt.py:cpu"
+  metrics = ("finetune.test_of_best.accuracy", "finetune.best_val.accuracy",
+             "finetune.stopped_at_step")
+  return sweep_config(base=base, runs=_arms(task, variant), seeds=SEEDS, metrics=metrics,
+                      title=f"{task} (cpu): init scales at the hand-off ({variant})",
+                      output=f"init_scales_{variant}", steps_to=0.9 if task == "synthetic" else 0.6)
