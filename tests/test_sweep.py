@@ -37,6 +37,7 @@ def test_sweep_writes_table_and_plot_and_skips_finished_runs(tmp_path):
   assert sweep.run_sweep(_sweep(), str(tmp_path)) == rows
   assert stamps == {d: os.path.getmtime(tmp_path / d / "seed_0/results.json") for d in stamps}
   _records_survive_the_workdir(tmp_path, rows)
+  _init_scales_report(tmp_path)
 
 
 def _load_script(name):
@@ -45,6 +46,23 @@ def _load_script(name):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def _init_scales_report(workdir):
+  """scripts/init_scales_report.py over the tiny sweep: an arm loading the same checkpoint with
+  the same hand-off as `spt` has the same loaded attention and representation; ENSD with the
+  pretrained representation is bounded by the two PRs' geometric mean."""
+  out = workdir.parent / "init_scales"
+  rows = {r["arm"]: r for r in _load_script("init_scales_report").report(
+      _sweep(), str(workdir), str(out), "tiny")}
+  assert set(rows) == {"spt", "from_spt"}
+  for key in ("band_mass", "mean_distance", "pr_loaded"):
+    assert rows["spt"][key][0] == pytest.approx(rows["from_spt"][key][0], rel=1e-5), key
+  assert 0 < rows["spt"]["band_mass"][0] < 1 and rows["spt"]["pr_loaded"][0] >= 1
+  spt = {k: v[0] for k, v in rows["spt"].items() if isinstance(v, tuple)}
+  assert 0 < spt["ensd"] <= (spt["pr_loaded"] * spt["pr_tuned"]) ** 0.5 + 1e-6  # Cauchy-Schwarz
+  assert "| from_spt | 1 |" in (out / "table.md").read_text()
+  assert (out / "summary.png").stat().st_size > 0
 
 
 def _records_survive_the_workdir(workdir, rows):

@@ -1,0 +1,184 @@
+r"""The init-scale study's table and figure (configs/sweeps/init_scales.py; docs/theory.md, "From
+diagonal networks to Transformers"): per arm, mean ± std over the seeds of
+
+  test accuracy       the fine-tuning's test accuracy at its best validation checkpoint
+  steps to            the first fine-tuning step whose validation accuracy reaches the sweep's
+                      `steps_to` threshold (and in how many seeds it did)
+  band mass, distance the loaded (hand-off) parameters' attention, layer 0, on the validation split:
+                      the mass within |i − j| ≤ 1 and the mean |i − j| (on images: on the pixel grid,
+                      within 1.5 pixels, `python -m spt_jax.analysis`), i.e. what a rescale did to
+                      the learned proximity before any fine-tuning step
+  PR loaded, PR tuned the participation ratio of the pooled encoder output at the hand-off and at the
+                      best fine-tuning checkpoint (spt_jax/analysis/representations.py)
+  ENSD                shared dimensions of the fine-tuned representation with the *pretrained* one
+                      (the `spt` arm's hand-off of the same seed, the same for every arm), the
+                      "pretraining-dependent rich" signature: low PR tuned with high ENSD
+
+  python scripts/init_scales_report.py --sweep=configs/sweeps/init_scales.py:synthetic \
+      --workdir=~/spt_runs/init_scales --out=docs/results/init_scales/synthetic
+
+Writes `<out>/table.md`, `<out>/rows.json` and `<out>/summary.png`; an arm's seeds that have not
+finished are left out, and the table says how many each arm has.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from spt_jax import checkpoints, config_lib, sweep, train  # noqa: E402
+from spt_jax.analysis import attention, plots, read_phase_config, representations  # noqa: E402
+from spt_jax.data import tasks  # noqa: E402
+from spt_jax.data.vocab import PAD_ID  # noqa: E402
+
+ATTENTION_EXAMPLES = 16
+REPRESENTATION_EXAMPLES = 512
+COLUMNS = ("test_accuracy", "band_mass", "mean_distance", "pr_loaded", "pr_tuned", "ensd")
+
+
+class Phase:
+  """A fine-tuning phase's model and validation sample, built once per seed: every arm of a seed
+  shares the model (only its parameters differ)."""
+
+  def __init__(self, run: str):
+    config, phase = read_phase_config(run)
+    self.task = tasks.load(config[config[phase].get("data") or "data"])
+    self.model = train.make_objective(config, phase, self.task).attention_model
+    val = self.task.splits["val"]["inputs"]
+    self.tokens = val[:ATTENTION_EXAMPLES].astype(np.int32)
+    self.sample = val[:REPRESENTATION_EXAMPLES].astype(np.int32)
+    self.mask = (self.tokens != PAD_ID if self.task.input_kind == "tokens"
+                 else np.ones(self.tokens.shape, bool))
+    self.grid = attention.grid_width_of(self.task)
+
+  def params(self, run: str, checkpoint: str):
+    return checkpoints.restore_item(checkpoints.resolve_params_dir(run, checkpoint))
+
+  def proximity(self, params) -> dict:
+    """Layer 0's attention, all heads: band mass and mean distance (on the grid for images)."""
+    maps = np.asarray(attention.attention_maps(self.model, params, self.tokens)[0])
+    if self.grid:
+      m = attention.proximity_metrics(maps, self.mask, 1.5, grid_width=self.grid)
+    else:
+      m = attention.proximity_metrics(maps, self.mask, 1)
+    return {"band_mass": float(m["band_mass"]), "mean_distance": float(m["mean_distance"])}
+
+  def features(self, params):
+    return representations.pooled_features(self.model, params, self.sample)
+
+
+def seed_row(workdir: str, arm: str, seed: int, phase: Phase, pretrained,
+             threshold: float) -> dict | None:
+  run = os.path.join(workdir, arm, f"seed_{seed}")
+  results_path = os.path.join(run, "results.json")
+  if not os.path.exists(results_path) or "finetune" not in json.load(open(results_path)):
+    return None
+  results = json.load(open(results_path))["finetune"]
+  finetune = os.path.join(run, "finetune")
+  loaded, tuned = phase.params(finetune, "init"), phase.params(finetune, "best")
+  loaded_x, tuned_x = phase.features(loaded), phase.features(tuned)
+  return {"test_accuracy": results["test_of_best"]["accuracy"],
+          **phase.proximity(loaded),
+          "pr_loaded": representations.participation_ratio(loaded_x),
+          "pr_tuned": representations.participation_ratio(tuned_x),
+          "ensd": representations.ensd(pretrained, tuned_x),
+          "steps_to": sweep.steps_to(run, threshold)}
+
+
+def report(sw, workdir: str, out: str, source: str) -> list[dict]:
+  """The rows of sweep config `sw` (named `source` in the table) over `workdir`, written to `out`."""
+  arms = [sweep.parse_run(r)[0] for r in sw.runs]
+  per_arm = {arm: [] for arm in arms}
+  for seed in sw.seeds:
+    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
+    if not os.path.exists(os.path.join(reference, "config.json")):
+      continue
+    phase = Phase(reference)
+    pretrained = phase.features(phase.params(reference, "init"))
+    for arm in arms:
+      row = seed_row(workdir, arm, seed, phase, pretrained, sw.steps_to)
+      if row is not None:
+        per_arm[arm].append(row)
+  rows = []
+  for arm, seeds in per_arm.items():
+    if not seeds:
+      continue
+    row = {"arm": arm, "seeds": len(seeds)}
+    for key in COLUMNS:
+      values = np.asarray([s[key] for s in seeds], float)
+      row[key] = (float(values.mean()), float(values.std()))
+    reached = [s["steps_to"] for s in seeds if s["steps_to"] is not None]
+    row["steps_to"] = (float(np.mean(reached)) if reached else None, f"{len(reached)}/{len(seeds)}")
+    rows.append(row)
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "rows.json"), "w") as f:
+    json.dump(rows, f, indent=2)
+  write_table(rows, sw, source, os.path.join(out, "table.md"))
+  draw(rows, sw.title, os.path.join(out, "summary.png"))
+  return rows
+
+
+def _pm(pair, scale=1.0, digits=2):
+  return f"{scale * pair[0]:.{digits}f} ± {scale * pair[1]:.{digits}f}"
+
+
+def write_table(rows, sw, source: str, path: str) -> None:
+  lines = [f"# {sw.title}", "",
+           f"`python scripts/init_scales_report.py --sweep={source} ...`; mean ± std over "
+           f"seeds {tuple(sw.seeds)}. Proximity: the loaded attention, layer 0, before fine-tuning.",
+           "", f"| arm | seeds | test accuracy (%) | steps to {sw.steps_to:.0%} val | band mass | "
+           "mean distance | PR loaded | PR tuned | ENSD(pretrained, tuned) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    mean, reached = r["steps_to"]
+    steps = "—" if mean is None else f"{mean:,.0f} ({reached})"
+    lines.append(f"| {r['arm']} | {r['seeds']} | {_pm(r['test_accuracy'], 100)} | {steps} | "
+                 f"{_pm(r['band_mass'], digits=3)} | {_pm(r['mean_distance'])} | "
+                 f"{_pm(r['pr_loaded'])} | {_pm(r['pr_tuned'])} | {_pm(r['ensd'])} |")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def draw(rows, title: str, path: str) -> None:
+  names = [r["arm"] for r in rows]
+  panels = (("test_accuracy", "test accuracy (%)", 100), ("band_mass", "loaded attention: band mass", 1),
+            ("pr_tuned", "PR after fine-tuning", 1), ("ensd", "ENSD(pretrained, tuned)", 1))
+  fig, axes = plots.plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
+  for ax, (key, label, scale) in zip(axes, panels):
+    means = [scale * r[key][0] for r in rows]
+    stds = [scale * r[key][1] for r in rows]
+    ax.bar(range(len(names)), means, yerr=stds, capsize=3, alpha=0.6,
+           color=["tab:blue" if n == "spt" else "tab:orange" for n in names])
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+    ax.set_title(label, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    if key == "test_accuracy":
+      low = min(m - s for m, s in zip(means, stds))
+      ax.set_ylim(max(0.0, low - 5), 100)
+  fig.suptitle(f"{title} (seeds: {', '.join(str(r['seeds']) for r in rows)})", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plots.plt.close(fig)
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--sweep", required=True, help="configs/sweeps/init_scales.py:<task>[,data]")
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  rows = report(config_lib.load_config(args.sweep), os.path.expanduser(args.workdir), args.out,
+                args.sweep)
+  print(open(os.path.join(args.out, "table.md")).read())
+  if not rows:
+    raise SystemExit(f"{args.workdir}: no finished run of {args.sweep} yet.")
+
+
+if __name__ == "__main__":
+  main()
