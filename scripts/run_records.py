@@ -4,7 +4,8 @@ Long studies outlive the machines they run on: a workdir can be lost between ses
 every finished run. `save` copies what the sweep tables, figures and `steps_to` read from each
 finished run (its results.json, run_spec.json, and per phase results.json, metrics.jsonl,
 config.json, report.md, reference_levels.json, data.json) into a records directory, a few hundred
-KB per run and no checkpoints; `restore` copies them back into a workdir, where the sweep runner
+KB per run, and of checkpoints only a pretraining phase's newest `best` one (the hand-off other
+runs load); `restore` copies them back into a workdir, where the sweep runner
 then counts those runs as finished and skips them, and the tables regenerate. Run specs name the
 workdir of the sweep that wrote them; records keep `{workdir}` in its place, so a restore into
 another directory is one the sweep accepts (save with --workdir set to the sweep's own --workdir).
@@ -12,8 +13,9 @@ another directory is one the sweep accepts (save with --workdir set to the sweep
   python scripts/run_records.py save --workdir=~/spt_runs/lra_plateau --to=docs/results/lra_plateau/runs
   python scripts/run_records.py restore --records=docs/results/lra_plateau/runs --workdir=~/spt_runs/lra_plateau
 
-A restored run has no checkpoints: a run that starts from it (`init_from.source={workdir}/...`)
-stops at preflight, naming the missing checkpoint. `restore` never overwrites a file already in
+A restored run has no other checkpoints: it cannot be resumed or analysed at another checkpoint,
+but runs that start from its pretraining (`init_from.source={workdir}/spt/seed_{seed}/pretrain`)
+can. `restore` never overwrites a file already in
 the workdir (a run trained there is kept as it is); `save` overwrites its own earlier records.
 """
 from __future__ import annotations
@@ -32,6 +34,10 @@ from spt_jax import sweep  # noqa: E402
 
 RUN_FILES = ("results.json", "run_spec.json")
 WORKDIR = "{workdir}"  # stands for the workdir in saved run specs, as in sweep configs
+# Phases whose hand-off checkpoint is kept too (a few hundred KB at the study's sizes): other runs
+# start from them (init_from.source={workdir}/spt/seed_{seed}/pretrain), and retraining one costs
+# the longest phase of a study.
+HANDOFF_PHASES = ("pretrain",)
 PHASE_FILES = ("results.json", "metrics.jsonl", "config.json", "report.md", "reference_levels.json",
                "data.json")
 
@@ -54,6 +60,17 @@ def _files(run: Path):
     for name in PHASE_FILES:
       if (phase / name).is_file():
         yield Path(phase.name) / name
+    if phase.name in HANDOFF_PHASES:
+      yield from (f.relative_to(run) for f in _handoff_checkpoint(phase))
+
+
+def _handoff_checkpoint(phase: Path):
+  """The files of the phase's newest `best` checkpoint (what `init_from.checkpoint='best'` loads)."""
+  best = phase / "checkpoints" / "best"
+  steps = [d for d in best.iterdir() if d.is_dir() and d.name.isdigit()] if best.is_dir() else []
+  if steps:
+    newest = max(steps, key=lambda d: int(d.name))
+    yield from sorted(f for f in newest.rglob("*") if f.is_file())
 
 
 def save(workdir: Path, to: Path) -> int:

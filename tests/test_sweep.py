@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from spt_jax import config_lib, sweep
+from spt_jax import checkpoints, config_lib, sweep, tree
 
 TINY = ("pretrain.num_steps=4 finetune.num_steps=4 pretrain.eval_every_steps=2 "
         "finetune.eval_every_steps=2 data.synthetic.num_train=64 data.synthetic.num_val=16 "
@@ -76,13 +76,21 @@ def _records_survive_the_workdir(workdir, rows):
   (partial / "results.json").write_text('{"pretrain": {}}')
   kept = workdir.parent / "records"
   assert records.save(workdir, kept) == 2
-  assert not (kept / "half").exists() and not list(kept.rglob("checkpoints"))
-  assert (kept / "spt/seed_0/pretrain/metrics.jsonl").exists()
+  assert not (kept / "half").exists() and (kept / "spt/seed_0/pretrain/metrics.jsonl").exists()
+  # Of checkpoints only the pretraining's hand-off, its newest `best` one.
+  assert {p.relative_to(kept).parts[:5] for p in kept.rglob("*")
+          if p.is_file() and "checkpoints" in p.parts} == {
+      ("spt", "seed_0", "pretrain", "checkpoints", "best")}
   fresh = workdir.parent / "fresh"
   assert records.restore(kept, fresh) == (2, 0)
   assert sweep.run_sweep(_sweep(), str(fresh)) == rows
-  assert not (fresh / "spt/seed_0/pretrain/checkpoints").exists()  # nothing was re-run
+  assert not (fresh / "spt/seed_0/pretrain/checkpoints/latest").exists()  # nothing was re-run
   assert records.restore(kept, fresh) == (0, 2)
+  handoff = {str(workdir): workdir, str(fresh): fresh}  # runs can start from a restored hand-off
+  loaded = {k: checkpoints.restore_item(checkpoints.resolve_params_dir(
+      os.fspath(v / "spt/seed_0/pretrain"), "best")) for k, v in handoff.items()}
+  a, b = (tree.flatten(x) for x in loaded.values())
+  assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
 def test_bad_run_specs_are_refused():
