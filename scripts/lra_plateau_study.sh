@@ -7,7 +7,7 @@
 #   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention
 #   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for all stages
 # Re-running it resumes: finished runs are skipped, killed ones resume from their last checkpoint.
-# Finished runs are also kept as records in docs/results/lra_plateau/runs (scripts/run_records.py;
+# Finished runs are also kept as records in docs/results/lra_plateau/records (scripts/run_records.py;
 # RECORDS=dir to keep them elsewhere; commit them): a lost workdir is restored from them first, so only unfinished runs are redone.
 #
 #   scripts/lra_plateau_study.sh [WORKDIR]      # default ~/spt_runs/lra_plateau; 2 processes, one per core
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 WORKDIR=${1:-$HOME/spt_runs/lra_plateau}
 PROCESSES=${PROCESSES:-2}
 FIRST_SEEDS='(0,1,2)'
-RECORDS=${RECORDS:-docs/results/lra_plateau/runs}
+RECORDS=${RECORDS:-docs/results/lra_plateau/records}
 
 [[ -d "$RECORDS" ]] && python scripts/run_records.py restore --records="$RECORDS" --workdir="$WORKDIR"
 

@@ -10,8 +10,8 @@ then counts those runs as finished and skips them, and the tables regenerate. Ru
 workdir of the sweep that wrote them; records keep `{workdir}` in its place, so a restore into
 another directory is one the sweep accepts (save with --workdir set to the sweep's own --workdir).
 
-  python scripts/run_records.py save --workdir=~/spt_runs/lra_plateau --to=docs/results/lra_plateau/runs
-  python scripts/run_records.py restore --records=docs/results/lra_plateau/runs --workdir=~/spt_runs/lra_plateau
+  python scripts/run_records.py save --workdir=~/spt_runs/lra_plateau --to=docs/results/lra_plateau/records
+  python scripts/run_records.py restore --records=docs/results/lra_plateau/records --workdir=~/spt_runs/lra_plateau
 
 A restored run has no other checkpoints: it cannot be resumed or analysed at another checkpoint,
 but runs that start from its pretraining (`init_from.source={workdir}/spt/seed_{seed}/pretrain`)
