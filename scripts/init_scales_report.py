@@ -113,13 +113,14 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
       values = np.asarray([s[key] for s in seeds], float)
       row[key] = (float(values.mean()), float(values.std()))
     reached = [s["steps_to"] for s in seeds if s["steps_to"] is not None]
-    row["steps_to"] = (float(np.mean(reached)) if reached else None, f"{len(reached)}/{len(seeds)}")
+    row["steps_to"] = (float(np.mean(reached)) if reached else None,
+                       float(np.std(reached)) if reached else None, f"{len(reached)}/{len(seeds)}")
     rows.append(row)
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "rows.json"), "w") as f:
     json.dump(rows, f, indent=2)
   write_table(rows, sw, source, os.path.join(out, "table.md"))
-  draw(rows, sw.title, os.path.join(out, "summary.png"))
+  draw(rows, sw.title, os.path.join(out, "summary.png"), sw.steps_to)
   return rows
 
 
@@ -135,8 +136,8 @@ def write_table(rows, sw, source: str, path: str) -> None:
            "mean distance | PR loaded | PR tuned | ENSD(pretrained, tuned) |",
            "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    mean, reached = r["steps_to"]
-    steps = "—" if mean is None else f"{mean:,.0f} ({reached})"
+    mean, std, reached = r["steps_to"]
+    steps = f"— ({reached})" if mean is None else f"{mean:,.0f} ± {std:,.0f} ({reached})"
     lines.append(f"| {r['arm']} | {r['seeds']} | {_pm(r['test_accuracy'], 100)} | {steps} | "
                  f"{_pm(r['band_mass'], digits=3)} | {_pm(r['mean_distance'])} | "
                  f"{_pm(r['pr_loaded'])} | {_pm(r['pr_tuned'])} | {_pm(r['ensd'])} |")
@@ -144,14 +145,16 @@ def write_table(rows, sw, source: str, path: str) -> None:
     f.write("\n".join(lines) + "\n")
 
 
-def draw(rows, title: str, path: str) -> None:
+def draw(rows, title: str, path: str, threshold: float) -> None:
   names = [r["arm"] for r in rows]
-  panels = (("test_accuracy", "test accuracy (%)", 100), ("band_mass", "loaded attention: band mass", 1),
+  panels = (("test_accuracy", "test accuracy (%)", 100),
+            ("steps_to", f"fine-tuning steps to {threshold:.0%} validation (0: never)", 1),
+            ("band_mass", "loaded attention: band mass", 1),
             ("pr_tuned", "PR after fine-tuning", 1), ("ensd", "ENSD(pretrained, tuned)", 1))
-  fig, axes = plots.plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8))
+  fig, axes = plots.plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.8))
   for ax, (key, label, scale) in zip(axes, panels):
-    means = [scale * r[key][0] for r in rows]
-    stds = [scale * r[key][1] for r in rows]
+    means = [scale * (r[key][0] or 0.0) for r in rows]
+    stds = [scale * (r[key][1] or 0.0) for r in rows]
     ax.bar(range(len(names)), means, yerr=stds, capsize=3, alpha=0.6,
            color=["tab:blue" if n == "spt" else "tab:orange" for n in names])
     ax.set_xticks(range(len(names)))
