@@ -72,11 +72,11 @@ def check(init_cfg, params, *, workdir: str, phase_names, phase: str, planned: d
   _scale_paths(init_cfg, params, phase)
 
 
-def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], dict[str, float]]:
-  """The leaves `gamma_ft` re-draws, and the factor each rescaled leaf is multiplied by (`rescale`
-  times the relative scale's √(1±λ)); every pattern must match, and the relative scale's two
-  groups must not share a leaf."""
-  gamma, factors = [], {}
+def _scale_paths(init_cfg, params, phase: str):
+  """(the leaves `gamma_ft` re-draws, those `rescale` multiplies, the factor each multiplied leaf
+  gets: `rescale` times the relative scale's √(1±λ)); every pattern must match, and the relative
+  scale's two groups must not share a leaf."""
+  gamma, rescaled, factors = [], [], {}
   key = f"config.{phase}.init_from"
   if init_cfg.gamma_ft >= 0:
     gamma = param_groups.resolve(init_cfg.gamma_ft_paths, params, what=f"{key}.gamma_ft_paths")
@@ -84,8 +84,8 @@ def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], dict[str, flo
     if not init_cfg.rescale_paths:
       raise ValueError(f"{key}.rescale={init_cfg.rescale} needs {key}.rescale_paths (presets or "
                        f"regexes).")
-    for p in param_groups.resolve(init_cfg.rescale_paths, params, what=f"{key}.rescale_paths"):
-      factors[p] = init_cfg.rescale
+    rescaled = param_groups.resolve(init_cfg.rescale_paths, params, what=f"{key}.rescale_paths")
+    factors = {p: init_cfg.rescale for p in rescaled}
   lam = init_cfg.relative_scale
   if lam != 0.0:
     earlier = param_groups.resolve(init_cfg.relative_scale_earlier, params,
@@ -99,14 +99,14 @@ def _scale_paths(init_cfg, params, phase: str) -> tuple[list[str], dict[str, flo
     for paths, factor in ((earlier, math.sqrt(1 + lam)), (later, math.sqrt(1 - lam))):
       for p in paths:
         factors[p] = factors.get(p, 1.0) * factor
-  return gamma, factors
+  return gamma, rescaled, factors
 
 
 def apply_scales(params, init_cfg, rng, *, phase: str):
   """The readout re-initialisation (`gamma_ft`) and subtree multipliers (`rescale`,
   `relative_scale`); a report dict."""
   report = {}
-  gamma_paths, factors = _scale_paths(init_cfg, params, phase)
+  gamma_paths, rescaled, factors = _scale_paths(init_cfg, params, phase)
   if init_cfg.gamma_ft >= 0:
     def redraw(path, leaf):
       if path not in gamma_paths:
@@ -120,10 +120,8 @@ def apply_scales(params, init_cfg, rng, *, phase: str):
   if factors:
     params = tree.map_with_path(
         lambda p, x: (x * factors[p]).astype(x.dtype) if p in factors else x, params)
-    if init_cfg.rescale != 1.0:
-      report["rescale"] = {"factor": init_cfg.rescale,
-                           "paths": param_groups.resolve(init_cfg.rescale_paths, params,
-                                                         what="rescale_paths")}
+    if rescaled:
+      report["rescale"] = {"factor": init_cfg.rescale, "paths": rescaled}
     if init_cfg.relative_scale != 0.0:
       report["relative_scale"] = {"lambda": init_cfg.relative_scale, "factors": factors}
   return params, report
