@@ -63,7 +63,7 @@ class Phase:
     """Layer 0's attention, all heads: band mass and mean distance (on the grid for images)."""
     maps = np.asarray(attention.attention_maps(self.model, params, self.tokens)[0])
     if self.grid:
-      m = attention.proximity_metrics(maps, self.mask, 1.5, grid_width=self.grid)
+      m = attention.proximity_metrics(maps, self.mask, attention.GRID_BAND, grid_width=self.grid)
     else:
       m = attention.proximity_metrics(maps, self.mask, 1)
     return {"band_mass": float(m["band_mass"]), "mean_distance": float(m["mean_distance"])}

@@ -40,9 +40,6 @@ flags.mark_flags_as_required(["run", "out"])
 FLAGS = flags.FLAGS
 
 
-GRID_BAND = 1.5  # grid_band_mass: the pixel itself and its 8 neighbours
-
-
 def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, band: int,
             representation_examples: int = 512) -> dict:
   config, phase = read_phase_config(run)
@@ -70,7 +67,7 @@ def analyse(run: str, checkpoint: str, out: str, split: str, num_examples: int, 
     out = {k: float(v) for k, v in attention.proximity_metrics(weights, mask, band).items()}
     if grid:
       out.update({f"grid_{k}": float(v) for k, v in attention.proximity_metrics(
-          weights, mask, GRID_BAND, grid_width=grid).items()})
+          weights, mask, attention.GRID_BAND, grid_width=grid).items()})
     return out
 
   for layer, m in enumerate(maps):

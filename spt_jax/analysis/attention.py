@@ -69,6 +69,9 @@ def grid_width_of(task) -> int:
   return side if task.input_kind == "pixels" and side * side == task.max_length else 0
 
 
+GRID_BAND = 1.5  # grid band mass on images: the pixel itself and its 8 neighbours
+
+
 def proximity_metrics(weights, mask=None, band: float = 1, grid_width: int = 0
                       ) -> dict[str, jax.Array]:
   """Proximity of attention [..., L, L] over real query rows (mask [..., L], True = real token).
