@@ -9,7 +9,8 @@ machine was busy (XLA's 40 s all-reduce termination timeout). This script starts
 processes (each a single-threaded numpy matmul loop, one busy core apiece), then runs `--runs`
 consecutive `python main.py --config=<--config> --workdir=<fresh temp dir>`, each killed as a hang if
 it takes longer than `--timeout-factor` x `--expected-s`. By default main.py gets no --cpu_devices,
-so its own default is what is tested; `--cpu-devices N` passes --cpu_devices=N (-1: one per core).
+so its own default is what is tested; `--cpu-devices N` passes --cpu_devices=N (-1: one per core),
+`--cpu-processes N` --cpu_processes=N (one process per core, joined on localhost).
 Arguments `--config.<path>=<value>` are forwarded to every run.
 
 A run counts as ok (rc 0 and a results.json), an abort (any other exit; `rendezvous_aborts` counts
@@ -82,6 +83,8 @@ def one_run(index: int, args, forwarded: list[str]) -> dict:
          f"--workdir={workdir}", *forwarded]
   if args.cpu_devices is not None:
     cmd.append(f"--cpu_devices={args.cpu_devices}")
+  if args.cpu_processes is not None:
+    cmd.append(f"--cpu_processes={args.cpu_processes}")
   timeout = args.timeout_factor * args.expected_s
   record = {"run": index, "load_avg_1m_before": round(os.getloadavg()[0], 2)}
   log_path = os.path.join(workdir, "log.txt")
@@ -150,6 +153,7 @@ def summarize(args, records: list[dict], started: float) -> dict:
       "mean_steps_per_sec": statistics.mean(rates) if rates else None,
       "mean_load_avg_1m": statistics.mean(loads) if loads else None,
       "cpu_devices": "main.py default" if args.cpu_devices is None else args.cpu_devices,
+      "cpu_processes": "main.py default" if args.cpu_processes is None else args.cpu_processes,
       "devices": sorted({d for r in records for d in r.get("devices", [])}),
       "config": args.config, "timeout_s": args.timeout_factor * args.expected_s,
       "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -174,6 +178,9 @@ def main(argv=None) -> dict:
   parser.add_argument("--cpu-devices", type=int, default=None,
                       help="pass --cpu_devices=N to main.py (-1: one device per core); default: "
                            "pass nothing, i.e. test main.py's default")
+  parser.add_argument("--cpu-processes", type=int, default=None,
+                      help="pass --cpu_processes=N to main.py (-1: one process per core); "
+                           "default: pass nothing")
   parser.add_argument("--expected-s", type=float, default=30.0,
                       help="expected wall time of one run under the load (default 30)")
   parser.add_argument("--timeout-factor", type=float, default=10.0,

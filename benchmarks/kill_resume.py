@@ -41,7 +41,7 @@ RESULT_KEYS = ("test_of_best", "best_val", "final_val", "steps")
 
 def command(config: str, workdir: str, overrides) -> list[str]:
   return [sys.executable, os.path.join(ROOT, "main.py"), f"--config={config}",
-          f"--workdir={workdir}", "--cpu_devices=1", *overrides]
+          f"--workdir={workdir}", "--cpu_devices=1", "--cpu_processes=1", *overrides]
 
 
 def run_to_end(cmd, timeout: float) -> float:

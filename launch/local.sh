@@ -9,11 +9,15 @@
 # Options:
 #   --dry-run        print the NUM_PROCESSES commands (with their environment), run nothing
 #   --port=PORT      coordinator port (default: a free one)
+#   --pin[=CORES]    confine process i to the i-th of NUM_PROCESSES equal, disjoint sets of CORES
+#                    ('0-3', '0,2'; default: the cores this script may use), passed to it as
+#                    --cores=SET (main.py's flag); `main.py --cpu_processes` launches this way
 #   --script=FILE    Python file to run instead of main.py (same ARGS, same environment)
 #   -h, --help       this text
 #
 # Each process gets SPT_JAX_INIT=1, SPT_JAX_COORDINATOR=127.0.0.1:PORT, SPT_JAX_NUM_PROCESSES and
-# its own SPT_JAX_PROCESS_ID (0..NUM_PROCESSES-1), which spt_jax/distributed.py reads. Its stdout
+# its own SPT_JAX_PROCESS_ID (0..NUM_PROCESSES-1), which spt_jax/distributed.py reads, and
+# SPT_JAX_STOP_WITH_LAUNCHER=1: should this script die (even of SIGKILL), each gets SIGTERM. Its stdout
 # and stderr lines are prefixed with "[ID] ". On CPU each process has one device unless XLA_FLAGS
 # says otherwise (--xla_force_host_platform_device_count=K: NUM_PROCESSES*K devices in all).
 #
@@ -43,12 +47,16 @@ dry_run="${DRY_RUN:-0}"
 port="${SPT_JAX_PORT:-}"
 script="$repo_dir/main.py"
 num_processes=""
+pin=0
+pin_cores=""
 
 while (($#)); do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --dry-run) dry_run=1; shift ;;
     --port=*) port="${1#*=}"; shift ;;
+    --pin) pin=1; shift ;;
+    --pin=*) pin=1; pin_cores="${1#*=}"; shift ;;
     --script=*) script="${1#*=}"; shift ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;
@@ -71,11 +79,25 @@ print(s.getsockname()[1])')"
 fi
 [[ "$port" =~ ^[0-9]+$ ]] || die "port $port must be a number"
 coordinator="127.0.0.1:$port"
+slots=()
+if ((pin)); then
+  # spt_jax.platform.core_slots: the sets the sweep runner gives its processes, all of one size.
+  read -r -a slots < <("$python" -c 'import sys
+from spt_jax import platform
+try:
+  cores = platform.parse_cores(sys.argv[2]) if sys.argv[2] else None
+except ValueError as e:
+  sys.exit(f"local.sh: --pin: {e}")
+print(" ".join(",".join(map(str, s)) for s in platform.core_slots(int(sys.argv[1]), cores)))' \
+    "$num_processes" "$pin_cores") || true
+  ((${#slots[@]} == num_processes)) || die "--pin=$pin_cores: no core sets for $num_processes processes"
+fi
 
 command_for() {  # The environment and argv of process $1, one word per array element.
-  cmd=(env SPT_JAX_INIT=1 "SPT_JAX_COORDINATOR=$coordinator"
+  cmd=(env SPT_JAX_INIT=1 SPT_JAX_STOP_WITH_LAUNCHER=1 "SPT_JAX_COORDINATOR=$coordinator"
        "SPT_JAX_NUM_PROCESSES=$num_processes" "SPT_JAX_PROCESS_ID=$1"
        "$python" "$script" ${args[@]+"${args[@]}"})
+  if ((pin)); then cmd+=("--cores=${slots[$1]}"); fi
 }
 
 if [[ "$dry_run" == 1 ]]; then

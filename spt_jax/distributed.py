@@ -40,6 +40,9 @@ COORDINATOR = "SPT_JAX_COORDINATOR"
 NUM_PROCESSES = "SPT_JAX_NUM_PROCESSES"
 PROCESS_ID = "SPT_JAX_PROCESS_ID"
 INIT_TIMEOUT = "SPT_JAX_INIT_TIMEOUT"
+# Set by launch/local.sh: the process stops (SIGTERM: it saves at the next sync point) when the
+# launcher dies, even of SIGKILL, instead of running on as an orphan that holds the workdir.
+STOP_WITH_LAUNCHER = "SPT_JAX_STOP_WITH_LAUNCHER"
 # Any of these without SPT_JAX_INIT=1 means a launch meant to be multi-process.
 _PROCESS_VARIABLES = (COORDINATOR, NUM_PROCESSES, PROCESS_ID)
 
@@ -93,6 +96,8 @@ def maybe_initialize(environ: Mapping[str, str] = os.environ) -> bool:
   if kwargs is None:
     handle_sigterm()
     return False
+  if environ.get(STOP_WITH_LAUNCHER) == "1":
+    stop_with_parent()
   jax.distributed.initialize(**kwargs)
   local = jax.local_devices()
   logging.info("JAX process %d of %d: %d local device(s) %s of %d in all (%s).",
@@ -102,6 +107,19 @@ def maybe_initialize(environ: Mapping[str, str] = os.environ) -> bool:
     # Every process logs the same steps and evaluations; one copy (process 0's) is enough.
     logging.set_verbosity(logging.WARNING)
   return True
+
+
+def stop_with_parent() -> None:
+  """SIGTERM to this process when its parent exits (Linux PR_SET_PDEATHSIG; elsewhere nothing)."""
+  import ctypes
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGTERM) != 0:  # PR_SET_PDEATHSIG = 1
+      return
+  except (OSError, AttributeError):
+    return
+  if os.getppid() == 1:  # The launcher died before the request took effect.
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 # ---------------------------------------------------------------------------------------- Stopping

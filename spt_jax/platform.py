@@ -137,9 +137,37 @@ OPT_IN_RISK = (
     "a consistent program state') when other processes load the cores: 6 of 10 1000-step "
     "configs/synthetic_scratch.py runs died so beside 3 busy processes on 2 cores, against 0 of 15 "
     "with one device. The gain is on idle cores only (1.2-1.6x on 2 cores; none measurable under "
-    "load; benchmarks/README.md). With other work on the machine keep the default, --cpu_devices=1. "
+    "load; benchmarks/README.md). With other work on the machine keep the default (--cpu_devices=1, "
+    "and as many processes as --cpu_processes says, which have no such timeout). "
     "A resumed run must use the same device count to be bit-identical.")
 _warned = False
+
+
+def phase_batches(config) -> list[int]:
+  """Every phase's train and evaluation batch size: what a data-parallel split must divide."""
+  names = [n.strip() for n in config.phases.split(",") if n.strip()]
+  return [config[n][key] for n in names for key in ("batch_size", "eval_batch_size")
+          if config[n][key] > 0]
+
+
+def cpu_process_count(config, requested: int, cores: str = "",
+                      environ: Mapping[str, str] = os.environ) -> int:
+  """How many processes a CPU run on this machine becomes (main.py --cpu_processes; 1: it runs in
+  this process): `requested`, or with `requested` < 0 one per core, never more than the cores of
+  `cores` (default: the cores this process may use) and fewer where the phases' batches do not
+  divide. The processes split the cores into equal sets (core_slots).
+
+  Each process has one device on its own core, and they sum their gradients through gloo on
+  localhost as one flat buffer (train.flat_summed_grads): on idle cores faster than one device
+  on all of them, and under load nothing times out: unlike the per-core devices of one process
+  (OPT_IN_RISK), no collective here has a 40 s abort. 1 inside a multi-process job, off the CPU
+  backend, or where `requested` is 0 or 1."""
+  if (requested in (0, 1) or distributed.initialize_kwargs(environ) is not None
+      or not expects_cpu_backend()):
+    return 1
+  available = len(parse_cores(cores)) if cores else usable_cores()
+  return cpu_device_count(phase_batches(config),
+                          available if requested < 0 else min(requested, available))
 
 
 def split_cpu_into_devices(config, requested: int,
@@ -147,8 +175,8 @@ def split_cpu_into_devices(config, requested: int,
   """Makes a single-process run see one CPU device per core (`requested` < 0) or `requested` ones,
   fewer if the phases' batches do not divide; returns the count (1: left alone).
 
-  main.py's default is 1 (--cpu_devices=1): one device, XLA's own multithreading, no cross-device
-  collectives, which holds however loaded the machine is. Several devices are an opt-in: XLA:CPU
+  main.py's default is 1 (--cpu_devices=1): one device per process, the process count set apart
+  (cpu_process_count), which holds however loaded the machine is. Several devices are an opt-in: XLA:CPU
   runs one program on a shared thread pool that parallelises large ops only, so on idle cores a
   data-parallel step over per-core devices is faster (benchmarks/README.md), but the devices share
   that pool and block in an in-process all-reduce, which XLA aborts after 40 s when the cores are
@@ -158,10 +186,7 @@ def split_cpu_into_devices(config, requested: int,
   device."""
   if distributed.initialize_kwargs(environ) is not None or requested in (0, 1):
     return 1  # Multi-process, or asked not to.
-  names = [n.strip() for n in config.phases.split(",") if n.strip()]
-  batches = [config[n][key] for n in names for key in ("batch_size", "eval_batch_size")
-             if config[n][key] > 0]
-  count = cpu_device_count(batches, usable_cores() if requested < 0 else requested)
+  count = cpu_device_count(phase_batches(config), usable_cores() if requested < 0 else requested)
   if not use_cpu_devices(count, environ):
     return 1
   global _warned
@@ -223,6 +248,17 @@ def available_memory(devices) -> tuple[int | None, str]:
     return None, f"{devices[0].platform} memory"
   free = min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
   return free, f"{devices[0].platform} memory (on the fullest device)"
+
+
+def flat_gradient_all_reduce(mesh) -> bool:
+  """Whether the train step should sum its gradients as one flat buffer (train.flat_summed_grads)
+  on `mesh`: on CPU devices of several processes. There XLA:CPU runs the step's combined gradient
+  all-reduce over gloo as one collective per parameter array, a few ms each, and one flat buffer
+  costs one of them (benchmarks/README.md, "One process per core"). Elsewhere XLA's own combined
+  all-reduce is already one transfer, and within one process the per-array calls are cheap."""
+  devices = mesh.devices.flat
+  return (all(d.platform == "cpu" for d in devices)
+          and len({d.process_index for d in mesh.devices.flat}) > 1)
 
 
 # ---------------------------------------------------------------------------------------- Kernels

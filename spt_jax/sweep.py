@@ -168,8 +168,9 @@ def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None) -> list[s
   """The main.py command line of one run of the sweep, confined to `cores` (None: anywhere)."""
   args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides['config']}",
           f"--workdir={run_dir}", f"--config.seed={seed}",
-          # Several runs share the cores already: per-core devices in each would oversubscribe them.
-          "--cpu_devices=1"]
+          # Several runs share the cores already: per-core devices or processes in each would
+          # oversubscribe them; a run is one process on its cores.
+          "--cpu_devices=1", "--cpu_processes=1"]
   if cores:
     args.append(f"--cores={','.join(map(str, cores))}")
   for key, value in overrides.items():

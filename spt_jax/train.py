@@ -22,6 +22,7 @@ import numpy as np
 import optax
 import tqdm
 from absl import logging
+from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -129,18 +130,76 @@ def accumulated_grads(objective, params, batch, rng, micro_batches: int):
   return jax.tree.map(lambda g: g / k, grads), jax.tree.map(lambda m: m / k, out)
 
 
-def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1):
+def flat_summed_grads(objective, mesh):
+  """(params, batch, rng) → (gradients, the batch's metric sums), each device computing its rows'
+  and the devices summing both in ONE all-reduce of a flat buffer.
+
+  For backends whose all-reduce costs a collective per array (XLA:CPU across processes runs the
+  step's gradient tuple as one gloo call per parameter array; platform.flat_gradient_all_reduce).
+  Exact for objectives whose loss is sums['loss'] numerator / denominator: each device's gradient
+  is weighted by its own denominator before the sum and the total divided by the global one, so
+  the result is the whole batch's gradient. The objective's corruption (masks) is drawn over the
+  whole batch before it is split, as the one-device step draws it; only dropout, drawn inside the
+  model, comes from fold_in(rng, the device's index on the `data` axis), independent per device
+  and reproducible for the same device count.
+  """
+  def per_device(params, batch, rng):
+    rng = jax.random.fold_in(rng, jax.lax.axis_index("data"))
+    (_, sums), grads = jax.value_and_grad(
+        lambda p: objective.loss(p, batch, rng, train=True), has_aux=True)(params)
+    count = sums["loss"][1]
+    flat_grads, unravel_grads = ravel_pytree(jax.tree.map(lambda g: g * count, grads))
+    flat_sums, unravel_sums = ravel_pytree(sums)
+    total = jax.lax.psum(jnp.concatenate([flat_grads, flat_sums.astype(flat_grads.dtype)]), "data")
+    sums = unravel_sums(total[flat_grads.size:])
+    scale = 1.0 / jnp.maximum(sums["loss"][1], 1.0)
+    return jax.tree.map(lambda g: g * scale, unravel_grads(total[:flat_grads.size])), sums
+
+  # Unchecked: the Dense layers' custom gradient (platform.dense_dot_general) does not carry the
+  # per-device typing, and the gradient is taken inside, where each device's is its own.
+  summed = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P("data"), P()),
+                         out_specs=(P(), P()), check_vma=False)
+
+  def summed_grads(params, batch, rng):
+    corruption = objective.corrupted(batch, rng)
+    if corruption is not None:
+      batch = dict(batch, corrupted=corruption)
+    return summed(params, batch, rng)
+
+  return summed_grads
+
+
+def sums_gradients_flat(objective, mesh, accumulate_steps: int = 1) -> bool:
+  """Whether the train step sums its gradients with `flat_summed_grads`: where the platform prefers
+  it for `mesh` and the objective's loss allows it (gradient accumulation keeps XLA's sum)."""
+  return (platform.flat_gradient_all_reduce(mesh) and objective.loss_is_ratio_of_sums
+          and accumulate_steps == 1)
+
+
+def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1,
+               flat_all_reduce: bool | None = None):
   """Jitted train and eval steps, data-parallel: params replicated, batch split on the `data` axis.
   train(state, batch, rng) → (state, metrics, the objective's per-step info or None). With
-  `accumulate_steps` > 1 the batch's gradients are accumulated over that many micro-batches."""
+  `accumulate_steps` > 1 the batch's gradients are accumulated over that many micro-batches.
+  `flat_all_reduce` (None: `sums_gradients_flat`) sums the gradients in one flat all-reduce
+  (`flat_summed_grads`; only for objectives whose loss is a ratio of summed metrics)."""
   replicated = NamedSharding(mesh, P())
   batch_sharded = NamedSharding(mesh, P("data"))
+  if flat_all_reduce is None:
+    flat_all_reduce = sums_gradients_flat(objective, mesh, accumulate_steps)
+  if flat_all_reduce and not (objective.loss_is_ratio_of_sums and accumulate_steps == 1):
+    raise ValueError(f"objective={objective.name!r} with accumulate_steps={accumulate_steps} "
+                     "cannot sum its gradients as one flat buffer.")
+  summed_grads = flat_summed_grads(objective, mesh) if flat_all_reduce else None
 
   def train_step(state: TrainState, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
     model_opt, objective_state = split_opt_state(objective, state.opt_state)
-    if accumulate_steps > 1:
+    if summed_grads is not None:
+      grads, sums = summed_grads(state.params, batch, rng)
+      out, info = objective.summarize(sums), None
+    elif accumulate_steps > 1:
       grads, out = accumulated_grads(objective, state.params, batch, rng, accumulate_steps)
       info = None
     else:
@@ -321,9 +380,10 @@ def setup_phase(config, name: str, params, init_rng, workdir: str, mesh, steps: 
       write_json(os.path.join(phase_dir, "init_from.json"), init_report)
     ckpts.save_init(params, {"seed": config.seed, "phase": name,
                              "init_from": cfg.init_from.to_dict()})
-  logging.info("[%s] %s, %d steps, %d parameters (%d frozen), %d device(s)", name, cfg.objective,
-               steps, tree.count(params), sum(tree.count(tree.flatten(params)[p]) for p in frozen),
-               jax.device_count())
+  logging.info("[%s] %s, %d steps, %d parameters (%d frozen), %d device(s) in %d process(es)",
+               name, cfg.objective, steps, tree.count(params),
+               sum(tree.count(tree.flatten(params)[p]) for p in frozen), jax.device_count(),
+               jax.process_count())
   return setup
 
 
@@ -566,6 +626,8 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
   # ---------------------------------------------------------------- Steps
   train_step, eval_step = make_steps(objective, setup.tx, setup.trainable, mesh,
                                      cfg.accumulate_steps)
+  if sums_gradients_flat(objective, mesh, cfg.accumulate_steps):
+    logging.info("[%s] Gradients summed over the devices as one flat buffer.", name)
   train_step = first_call_checks_memory(
       train_step, mesh, config, name,
       rebuild=lambda changed: make_steps(make_objective(changed, name, task), setup.tx,

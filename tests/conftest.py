@@ -129,8 +129,11 @@ def spt_run(tmp_path_factory, cache_dir):
 
 
 def run_main(args, env=None, timeout=240):
-  """main.py in a fresh interpreter (for flags, device counts and kills)."""
+  """main.py in a fresh interpreter (for flags, device counts and kills), as one process unless
+  `args` say otherwise (its default on several cores is several, tests/test_multiprocess.py)."""
   full_env = dict(os.environ, **(env or {}))
+  if not any(a.startswith("--cpu_processes") for a in args):
+    args = [*args, "--cpu_processes=1"]
   return subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], env=full_env,
                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 

@@ -1,11 +1,12 @@
 """benchmarks/cpu_default_stress.py, tiny: one short main.py run in the default CPU mode
 under one competing busy process; the summary line and JSON must come out, and the default must be
-one device. The 40-run figures belong to the script's own runs (benchmarks/README.md)."""
+one process per core (2 at most) as far as the batches divide. The 40-run figures belong to the script's own runs (benchmarks/README.md)."""
 import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load_config
+from spt_jax import platform
 
 
 def test_stress_script_runs_main_py_default_under_load(tmp_path):
@@ -21,7 +22,9 @@ def test_stress_script_runs_main_py_default_under_load(tmp_path):
   assert "s mean_steps_per_sec=" in last
   report = json.loads(out.read_text())
   summary, (record,) = report["summary"], report["records"]
-  assert summary["devices"] == [1]  # main.py's default: one CPU device.
+  # main.py's default: 2 processes of one device each where 2 cores and the batches allow.
+  config = load_config("synthetic_scratch", "smoke")
+  assert summary["devices"] == [platform.cpu_process_count(config, 2, environ={})]
   assert record["outcome"] == "ok" and record["rc"] == 0 and record["steps_per_sec"] > 0
   assert report["forwarded"] == ["--config.finetune.num_steps=10",
                                  "--config.finetune.eval_every_steps=10"]

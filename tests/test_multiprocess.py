@@ -4,12 +4,15 @@ The two-process run trains the same tiny config as `spt_run` with one CPU device
 global batch is split across processes as across the hosts of a pod. Every subprocess runs in its
 own session with a timeout, and the whole session is killed if it overruns.
 """
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -137,7 +140,8 @@ def two_process_run(tmp_path_factory, spt_run):
   os.makedirs(log_dir)
   worker = base / "train_worker.py"
   worker.write_text(_TRAIN_WORKER.format(root=ROOT, log_dir=log_dir, dump_after=RUN_TIMEOUT - 30))
-  out = _run(["bash", LOCAL, f"--script={worker}", "2", "--", "--config=configs/listops_spt.py",
+  # --pin, as `main.py --cpu_processes` launches: each process confined to a core of its own.
+  out = _run(["bash", LOCAL, "--pin", f"--script={worker}", "2", "--", "--config=configs/listops_spt.py",
               f"--workdir={workdir}", *tiny_flags(spt_run[1].data.cache_dir)], RUN_TIMEOUT)
   assert out.returncode == 0, out.stderr[-4000:]
   return workdir, out, log_dir
@@ -217,6 +221,62 @@ def test_local_dry_run_prints_one_command_per_process():
   assert "SPT_JAX_PROCESS_ID" in _run(["bash", LOCAL, "--help"], 30).stdout
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_main_runs_as_one_process_per_core_through_local_sh(tmp_path):
+  cores = sorted(os.sched_getaffinity(0))[:2]
+  # DRY_RUN=1 makes local.sh print the commands main.py would become instead of running them.
+  out = _run([sys.executable, os.path.join(ROOT, "main.py"), "--config=configs/listops_spt.py:smoke",
+              f"--workdir={tmp_path}", "--cpu_processes=2", f"--cores={cores[0]},{cores[1]}"],
+             120, env=_env(DRY_RUN="1"))
+  assert out.returncode == 0, out.stderr[-3000:]
+  commands = out.stdout.strip().splitlines()
+  assert len(commands) == 2, out.stdout
+  for i, command in enumerate(commands):
+    assert f"SPT_JAX_PROCESS_ID={i}" in command and "SPT_JAX_NUM_PROCESSES=2" in command
+    # The user's flags, then the child's own, which win: one process each, on a core of its own.
+    assert shlex.split(command)[-3:] == [f"--cores={cores[0]},{cores[1]}", "--cpu_processes=1",
+                                         f"--cores={cores[i]}"], command
+  bad = _run([sys.executable, os.path.join(ROOT, "main.py"), "--config=configs/listops_spt.py:smoke",
+              f"--workdir={tmp_path}", "--cpu_processes=2", "--cpu_devices=2"], 120,
+             env=_env(DRY_RUN="1"))
+  assert bad.returncode != 0 and "choose one" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_processes_stop_when_the_launcher_is_killed(tmp_path):
+  # SIGKILL leaves local.sh no chance to pass anything on; each process asked the kernel for a
+  # SIGTERM on its parent's death (distributed.stop_with_parent), as main.py does when launched.
+  script = tmp_path / "orphan.py"
+  script.write_text(textwrap.dedent(f"""
+      import os, signal, sys, time
+      sys.path.insert(0, {ROOT!r})
+      from spt_jax import distributed
+      i = os.environ["SPT_JAX_PROCESS_ID"]
+      assert os.environ[distributed.STOP_WITH_LAUNCHER] == "1"
+      signal.signal(signal.SIGTERM, lambda *_: (open(os.path.join({str(tmp_path)!r}, "term" + i),
+                                                     "w").close(), sys.exit(0)))
+      distributed.stop_with_parent()
+      open(os.path.join({str(tmp_path)!r}, "ready" + i), "w").close()
+      time.sleep(60)
+  """))
+  proc = subprocess.Popen(["bash", LOCAL, f"--script={script}", "2", "--"], cwd=ROOT, env=_env(),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+  try:
+    deadline = time.time() + 30
+    while not {"ready0", "ready1"} <= set(os.listdir(tmp_path)) and time.time() < deadline:
+      time.sleep(0.05)
+    assert {"ready0", "ready1"} <= set(os.listdir(tmp_path)), "the processes did not start"
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 20
+    while not {"term0", "term1"} <= set(os.listdir(tmp_path)) and time.time() < deadline:
+      time.sleep(0.05)
+    assert {"term0", "term1"} <= set(os.listdir(tmp_path)), os.listdir(tmp_path)
+  finally:
+    with contextlib.suppress(ProcessLookupError):
+      os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_local_stops_every_process_when_one_fails(tmp_path):
   script = tmp_path / "one_fails.py"
   script.write_text(textwrap.dedent(f"""
@@ -293,6 +353,14 @@ def test_two_processes_end_with_the_one_process_parameters(two_process_run, spt_
   assert info and "JAX process 1 of 2" in info[-1], info[-3:]
   assert not any(re.match(r"(pretrain|finetune):", l) for l in _lines(out.stderr, 1))
   assert any("JAX process 0 of 2" in l for l in _lines(out.stderr, 0))
+  # On CPU devices of two processes the step sums its gradients as one flat buffer
+  # (train.flat_summed_grads), and the parameters above match the one-process run's all the same.
+  assert sum("Gradients summed over the devices as one flat buffer" in l
+             for l in _lines(out.stderr, 0)) == len(PHASES)
+  cores = sorted(os.sched_getaffinity(0))
+  if len(cores) >= 2:
+    for process in (0, 1):
+      assert any(f"Confined to core(s) {cores[process]}." in l for l in _lines(out.stderr, process))
   assert any(l.startswith("pretrain:") for l in _lines(out.stderr, 0))
 
 
@@ -474,7 +542,8 @@ def test_a_process_whose_data_cache_differs_stops_the_run_naming_the_split(spt_r
   worker = tmp_path / "other_cache_worker.py"
   worker.write_text(_OTHER_CACHE_WORKER.format(root=ROOT, other=other))
   workdir = str(tmp_path / "workdir")
-  out = _run(["bash", LOCAL, f"--script={worker}", "2", "--", "--config=configs/listops_spt.py",
+  # --pin, as `main.py --cpu_processes` launches: each process confined to a core of its own.
+  out = _run(["bash", LOCAL, "--pin", f"--script={worker}", "2", "--", "--config=configs/listops_spt.py",
               f"--workdir={workdir}", *tiny_flags(cache)], RUN_TIMEOUT)
   assert out.returncode == 1, out.stderr[-4000:]
   for process in (0, 1):

@@ -126,7 +126,8 @@ def test_eight_devices_match_one_device(tmp_path, spt_run):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
   out = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"),
                         "--config=configs/listops_spt.py", f"--workdir={workdir}",
-                        *tiny_flags(spt_run[1].data.cache_dir)], cwd=ROOT, env=env,
+                        "--cpu_processes=1", *tiny_flags(spt_run[1].data.cache_dir)], cwd=ROOT,
+                       env=env,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
   results = json.load(open(os.path.join(workdir, "results.json")))
@@ -168,3 +169,22 @@ def test_opted_in_cpu_devices_split_as_batches_allow_and_warn_once():
   assert platform.cpu_device_count([3], 2) == 1
   assert platform.split_cpu_into_devices(None, -1, {"SPT_JAX_INIT": "1"}) == 1
   assert platform.split_cpu_into_devices(None, 1) == 1  # main.py's default: nothing changes.
+
+
+def test_cpu_processes_one_per_core_as_batches_divide(monkeypatch):
+  config = load_config("listops_spt", "smoke")
+  config.pretrain.update(batch_size=8, eval_batch_size=8)
+  config.finetune.update(batch_size=6, eval_batch_size=6)
+  monkeypatch.setattr(platform, "expects_cpu_backend", lambda platforms=None: True)
+  monkeypatch.setattr(platform, "usable_cores", lambda: 4)
+  monkeypatch.setattr(platform, "parse_cores", lambda text: tuple(range(len(text.split(",")))))
+  assert platform.cpu_process_count(config, -1, environ={}) == 2  # 4 cores; 6 splits in 2, not 4
+  assert platform.cpu_process_count(config, -1, cores="0,1", environ={}) == 2
+  assert platform.cpu_process_count(config, -1, cores="0", environ={}) == 1
+  assert platform.cpu_process_count(config, 3, environ={}) == 3 - 1  # as far as 8 and 6 divide
+  assert platform.cpu_process_count(config, 2, cores="0", environ={}) == 1  # one per core at most
+  assert platform.cpu_process_count(config, 1, environ={}) == 1
+  # Already one process of a job, or not on the CPU: this process runs the job itself.
+  assert platform.cpu_process_count(config, -1, environ={"SPT_JAX_INIT": "1"}) == 1
+  monkeypatch.setattr(platform, "expects_cpu_backend", lambda platforms=None: False)
+  assert platform.cpu_process_count(config, -1, environ={}) == 1

@@ -51,7 +51,7 @@ def test_plateau_stops_at_the_same_step_with_kills_and_the_cap_binds(tmp_path, c
   assert done["train_flops"] == done["train_flops_per_step"] * stop
 
   workdir = str(tmp_path / "killed")
-  args = ["--config=configs/listops_scratch.py", f"--workdir={workdir}",
+  args = ["--config=configs/listops_scratch.py", f"--workdir={workdir}", "--cpu_processes=1",
           *as_flags(config, load_config("listops_scratch"))]
   for kill_at in ("latest_saving@6", "plateau_stopped"):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,

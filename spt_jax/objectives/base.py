@@ -48,6 +48,9 @@ class Objective:
   # Parameter names of heads applied to pooled features, once per example rather than per position
   # (the training compute count, spt_jax/flops.py).
   per_sequence_heads: ClassVar[tuple[str, ...]] = ("classifier",)
+  # Whether `loss` is sums['loss'] numerator / denominator and `train_grads` its plain gradient:
+  # then devices may each take their rows' gradient and sum them (train.flat_summed_grads).
+  loss_is_ratio_of_sums: ClassVar[bool] = True
   model: Any
   selection_metric: str = "accuracy"
 
@@ -84,6 +87,17 @@ class Objective:
     return self.model
 
   # ---- steps (pure; traced under jit)
+  def corrupted(self, batch, rng):
+    """None, or the random corruption `loss` applies to `batch` for `rng`, as arrays [B, ...] (the
+    masked objectives: (the positions scored, what the encoder sees)). A step that splits the batch
+    over devices draws it over the whole batch first (batch['corrupted'], read by `drawn`), so that
+    its numbers do not depend on the split."""
+    return None
+
+  def drawn(self, batch, rng):
+    """`corrupted(batch, rng)`, or what a step drew ahead for the whole batch."""
+    return batch["corrupted"] if "corrupted" in batch else self.corrupted(batch, rng)
+
   def loss(self, params, batch, rng, *, train: bool):
     """(scalar loss, {metric: sums})."""
     raise NotImplementedError

@@ -117,7 +117,7 @@ class MaskedTokenPrediction(MaskedPrediction):
   def loss(self, params, batch, rng, *, train: bool):
     dropout_rng = jax.random.split(rng, 3)[2]
     tokens = batch["inputs"]
-    mask, inputs = self.corrupted(batch, rng)
+    mask, inputs = self.drawn(batch, rng)
     num_masked, inputs = platform.count_before_forward(mask.astype(jnp.float32).sum(), inputs)
     logits = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": dropout_rng})
     return token_loss(logits, tokens, mask, num_masked)
@@ -145,7 +145,7 @@ class MaskedPixelPrediction(MaskedPrediction):
   def loss(self, params, batch, rng, *, train: bool):
     dropout_rng = jax.random.split(rng)[1]
     pixels = batch["inputs"]
-    mask, _ = self.corrupted(batch, rng)
+    mask, _ = self.drawn(batch, rng)
     n, (pixels, mask) = platform.count_before_forward(mask.astype(jnp.float32).sum(),
                                                       (pixels, mask))
     out = self.model.apply({"params": params}, pixels, train=train, pixel_mask=mask,

@@ -123,6 +123,7 @@ class Composite(Objective):
   it too."""
   name = "composite"
   state_key = "weighting"
+  loss_is_ratio_of_sums = False  # the weights come from whole-batch gradient alignments
   per_sequence_heads = ("classifier",) + PER_SEQUENCE
   heads: PretrainHeads = None
   weighting: grap.Weighting = None
