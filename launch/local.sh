@@ -142,7 +142,16 @@ trap 'on_signal SIGINT 2' INT
 trap 'on_signal SIGTERM 15' TERM
 trap 'on_signal SIGHUP 1' HUP
 
-prefix() { awk -v p="[$1] " '{ print p $0; fflush() }'; }
+# "[ID] " before every line, and after every carriage return too: a progress bar redraws its line
+# with \r and ends it only when done, and a line-based filter (awk, sed) would hold it back so long.
+prefix() {
+  "$python" -u -c 'import os, re, sys
+tag, start = sys.argv[1].encode(), True
+while chunk := os.read(0, 65536):
+  text = re.sub(rb"(\r\n|\r(?!\n)|\n)(?!\Z)", lambda m: m.group(1) + tag, chunk)
+  os.write(1, (tag if start else b"") + text)
+  start = chunk.endswith((b"\n", b"\r"))' "[$1] "
+}
 
 for ((i = 0; i < num_processes; i++)); do
   command_for "$i"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Mapping
 
 import jax
@@ -161,9 +162,9 @@ def cpu_process_count(config, requested: int, cores: str = "",
   localhost as one flat buffer (train.flat_summed_grads): on idle cores faster than one device
   on all of them, and under load nothing times out: unlike the per-core devices of one process
   (OPT_IN_RISK), no collective here has a 40 s abort. 1 inside a multi-process job, off the CPU
-  backend, or where `requested` is 0 or 1."""
+  backend, without bash (the launcher's shell), or where `requested` is 0 or 1."""
   if (requested in (0, 1) or distributed.initialize_kwargs(environ) is not None
-      or not expects_cpu_backend()):
+      or not expects_cpu_backend() or shutil.which("bash") is None):  # launch/local.sh is bash
     return 1
   available = len(parse_cores(cores)) if cores else usable_cores()
   return cpu_device_count(phase_batches(config),
