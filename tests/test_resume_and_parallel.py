@@ -188,3 +188,63 @@ def test_cpu_processes_one_per_core_as_batches_divide(monkeypatch):
   assert platform.cpu_process_count(config, -1, environ={"SPT_JAX_INIT": "1"}) == 1
   monkeypatch.setattr(platform, "expects_cpu_backend", lambda platforms=None: False)
   assert platform.cpu_process_count(config, -1, environ={}) == 1
+
+
+_FLAT_STEP_CHECK = r"""
+import jax, jax.numpy as jnp, ml_collections, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from spt_jax import config_lib, experiment, optim, train
+from spt_jax.data import pipeline
+from spt_jax.data.tasks import TaskData
+from spt_jax.data.vocab import BYTE_VOCAB
+
+assert jax.device_count() == 2
+rng = np.random.default_rng(0)
+pixels = {"inputs": rng.integers(0, 256, (32, 16), dtype=np.uint8),
+          "labels": rng.integers(0, 2, 32, np.int32)}
+tokens = rng.integers(BYTE_VOCAB.first_regular_id, BYTE_VOCAB.size, (32, 16)).astype(np.uint16)
+tokens[:, 12:] = 0  # padding, never masked or scored
+tokens = {"inputs": tokens, "labels": rng.integers(0, 2, 32, np.int32)}
+mesh = experiment.make_mesh(jax.devices())
+whole, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+for objective_name, arrays, kind, extra in (
+    ("mlm", pixels, "pixels", dict(pixel_loss="l1")), ("mlm", tokens, "tokens", dict(bert_mix=True)),
+    ("clm", tokens, "tokens", {})):
+  phase = config_lib.phase_config(objective_name, batch_size=8, num_steps=10, **extra)
+  task = TaskData("t", BYTE_VOCAB, 2, 16, {"train": arrays}, "test data", input_kind=kind)
+  model = config_lib.transformer_config(num_layers=1, d_model=16, num_heads=2, d_ff=32)
+  objective = train.make_objective(ml_collections.ConfigDict(dict(model=model, phase=phase)),
+                                   "phase", task)
+  init = jax.jit(lambda r: objective.init_params(r, jnp.zeros((1, 16), jnp.int32)),
+                 out_shardings=whole)
+  tx, _ = optim.make_optimizer(phase, 10, init(jax.random.PRNGKey(0)), frozenset())
+  final = {}
+  for flat in (False, True):
+    params = init(jax.random.PRNGKey(0))  # the step donates its state
+    step, _ = train.make_steps(objective, tx, jax.tree.map(lambda _: True, params), mesh,
+                               flat_all_reduce=flat)
+    state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), whole), params,
+                             jax.jit(tx.init, out_shardings=whole)(params))
+    batches = pipeline.train_batches(arrays, 8, seed=0)
+    for _ in range(3):
+      state, metrics, _ = step(state, train.to_global(next(batches), split), jax.random.PRNGKey(1))
+    final[flat] = (jax.tree.leaves(state.params), jax.tree.map(float, metrics))
+  for a, b in zip(final[False][0], final[True][0]):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+  for name, value in final[False][1].items():
+    np.testing.assert_allclose(final[True][1][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+  print("ok", objective_name, kind, extra)
+"""
+
+
+def test_flat_gradient_sum_computes_the_partitioned_step():
+  # train.flat_summed_grads (the step of CPU processes) against XLA's partitioned step, on two
+  # in-process devices: the same parameters and logged metrics for every kind of objective, so the
+  # masks are the whole batch's (drawn before the split) and the loss normalised by its total.
+  env = {k: v for k, v in os.environ.items() if not k.startswith("SPT_JAX")}
+  out = subprocess.run([sys.executable, "-c", _FLAT_STEP_CHECK], cwd=ROOT, capture_output=True,
+                       text=True, timeout=240,
+                       env=dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=(env.get("XLA_FLAGS", "")
+                                + " --xla_force_host_platform_device_count=2").strip()))
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.count("ok ") == 3, out.stdout
