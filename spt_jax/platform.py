@@ -233,6 +233,15 @@ def fit_heap_to_step(temp_bytes: int, devices: int) -> None:
     host_memory.release()
 
 
+def processes_sharing_this_host(environ: Mapping[str, str] = os.environ) -> int:
+  """How many processes of this job run on this machine and share its memory: all of them when the
+  coordinator is on the loopback address (launch/local.sh, main.py --cpu_processes), else 1 (one
+  process per host, as on a pod or under SLURM)."""
+  host = environ.get(distributed.COORDINATOR, "").rpartition(":")[0]
+  local = host.startswith("127.") or host in ("localhost", "[::1]", "::1")
+  return jax.process_count() if local else 1
+
+
 def shares_host_memory(devices) -> bool:
   """Whether `devices` are a CPU host's, which share its memory, rather than accelerators that have
   their own each."""

@@ -42,7 +42,8 @@ class StepMemoryError(ValueError, MemoryError):
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
   """Bytes per device of one compiled step; `devices` of them share the memory it is checked against
-  (all local devices of a CPU host, one accelerator otherwise)."""
+  (all devices on a CPU host, the job's other local processes' included; one accelerator
+  otherwise)."""
   arguments: int
   outputs: int
   aliased: int      # outputs written into donated arguments
@@ -53,7 +54,9 @@ class StepMemory:
   def of(cls, compiled, devices) -> "StepMemory":
     m = compiled.memory_analysis()
     get = lambda key: int(getattr(m, key, 0) or 0) if m is not None else 0
-    shared = len(devices) if platform.shares_host_memory(devices) else 1
+    # A CPU host's memory is shared by all its devices, those of the job's other local processes too.
+    shared = (len(devices) * platform.processes_sharing_this_host()
+              if platform.shares_host_memory(devices) else 1)
     return cls(get("argument_size_in_bytes"), get("output_size_in_bytes"),
                get("alias_size_in_bytes"), get("temp_size_in_bytes"), shared)
 

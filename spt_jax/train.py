@@ -276,7 +276,7 @@ def first_call_checks_memory(step, mesh, config, name: str, rebuild=None):
 
       preflight.check_step_memory(name, memory, devices, config, args[1]["inputs"].shape[-1],
                                   estimate, compile_s)
-      platform.fit_heap_to_step(memory.temporaries, devices=len(devices))
+      platform.fit_heap_to_step(memory.temporaries, devices=memory.devices)
     return step(*args)
 
   return checked

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -248,3 +249,13 @@ def test_flat_gradient_sum_computes_the_partitioned_step():
                                 + " --xla_force_host_platform_device_count=2").strip()))
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.count("ok ") == 3, out.stdout
+
+
+def test_processes_on_one_host_share_its_memory(monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  # main.py --cpu_processes / launch/local.sh: a coordinator on the loopback address.
+  assert platform.processes_sharing_this_host({"SPT_JAX_COORDINATOR": "127.0.0.1:1234"}) == 2
+  assert platform.processes_sharing_this_host({"SPT_JAX_COORDINATOR": "localhost:1234"}) == 2
+  # A pod or SLURM: one process per host.
+  assert platform.processes_sharing_this_host({"SPT_JAX_COORDINATOR": "10.0.0.2:1234"}) == 1
+  assert platform.processes_sharing_this_host({}) == 1
