@@ -2,10 +2,11 @@ import json
 import os
 
 import numpy as np
-from conftest import load_config, tiny
+from conftest import ROOT, load_config, tiny
 
-from spt_jax import experiment
+from spt_jax import analysis, checkpoints, experiment, train
 from spt_jax.analysis import attention
+from spt_jax.data import tasks
 from spt_jax.analysis.__main__ import analyse
 
 L = 12
@@ -75,3 +76,31 @@ def test_attention_metrics_are_logged_during_training(tmp_path, cache_dir):
   for r in tracked:
     assert set(r) >= {"layer0/mean_distance", "layer0/band_mass", "layer0/diagonality"}
     assert -1 <= r["layer0/diagonality"] <= 1
+
+
+def test_plateau_attention_table_reads_a_finished_run(spt_run, tmp_path):
+  # scripts/lra_plateau_attention.py over a workdir laid out as the plateau study's (task/arm/seed).
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "lra_plateau_attention", os.path.join(ROOT, "scripts", "lra_plateau_attention.py"))
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  os.makedirs(tmp_path / "listops" / "spt")
+  os.symlink(spt_run[0], tmp_path / "listops" / "spt" / "seed_0")
+  (row,) = script.table(str(tmp_path), "listops")
+  assert row["arm"] == "spt" and row["seeds"] == 1
+  assert "band_2d" not in row  # tokens: no grid
+  # The best fine-tuning checkpoint's attention, every layer: as the analysis module computes it.
+  finetune = os.path.join(spt_run[0], "finetune")
+  config, phase = analysis.read_phase_config(finetune)
+  task = tasks.load(config.data)
+  model = train.make_objective(config, phase, task).attention_model
+  tokens = task.splits["val"]["inputs"][:script.EXAMPLES].astype(np.int32)
+  params = checkpoints.restore_item(checkpoints.resolve_params_dir(finetune, "best"))
+  maps = attention.attention_maps(model, params, tokens)
+  expected = np.mean([attention.proximity_metrics(np.asarray(m), tokens != 0, 1)["band_mass"]
+                      for m in maps])
+  np.testing.assert_allclose(row["band_1d"][0], expected, rtol=1e-6)
+  assert 0 < row["band_1d_loaded"][0] < 1  # the hand-off's attention, an SPT arm's starting point
+  assert row["test_accuracy"][0] == spt_run[2]["finetune"]["test_of_best"]["accuracy"]
+  assert "| spt | 1 |" in script.markdown([row], "listops")
