@@ -26,24 +26,18 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
-from spt_jax import checkpoints, config_lib, sweep, train  # noqa: E402
+from lra_plateau_figure import arms  # noqa: E402  (every arm of the study's stages, in order)
+from spt_jax import checkpoints, config_lib, train  # noqa: E402
 from spt_jax.analysis import attention, read_phase_config  # noqa: E402
 from spt_jax.data import tasks  # noqa: E402
 from spt_jax.data.vocab import PAD_ID  # noqa: E402
 
 EXAMPLES = 32
 METRICS = ("band_1d", "diag_1d", "band_2d", "diag_2d")
-
-
-def arms(task: str) -> list[str]:
-  names = []
-  for stage in "abcd":
-    sw = config_lib.load_config(f"configs/sweeps/lra_plateau.py:{task},{stage}")
-    names += [sweep.parse_run(r)[0] for r in sw.runs]
-  return list(dict.fromkeys(names))
 
 
 def proximity(model, params, tokens, mask, grid: int) -> dict[str, float]:
