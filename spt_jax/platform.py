@@ -6,7 +6,8 @@ same on every backend and does not ask which one it runs on.
             temporaries mapped (spt_jax/host_memory.py), and the CPU backend's split into per-core
             devices (an opt-in: `OPT_IN_RISK`); `core_slots`, the sweep runner's placement of
             concurrent runs on disjoint cores.
-  steps     the train step's XLA options (`step_compiler_options`), the heap fitted to the compiled
+  steps     the train step's XLA options (`step_compiler_options`), its rows in chunks on the CPU
+            (`batch_chunks`), the heap fitted to the compiled
             step (`fit_heap_to_step`), and where a step's memory comes from (`shares_host_memory`,
             `available_memory`): the trainer and its preflight checks.
   kernels   what the models run per backend: nn.Dense's kernel gradient in YNNPACK-friendly form on
@@ -271,6 +272,27 @@ def flat_gradient_all_reduce(mesh) -> bool:
           and len({d.process_index for d in mesh.devices.flat}) > 1)
 
 
+# The train step on a CPU device takes its rows in chunks of at least this many tokens and
+# CPU_CHUNK_MIN_ROWS rows, one chunk after another (train.flat_summed_grads): each chunk's activations
+# ([tokens, d_model] float32 per layer) then stay in the cores' caches through forward and backward,
+# where the whole batch's stream through memory at every elementwise pass (benchmarks/README.md,
+# "The batch in chunks"). Measured with one and with two cores per device.
+CPU_CHUNK_MIN_TOKENS = 1024
+CPU_CHUNK_MIN_ROWS = 2
+
+
+def batch_chunks(rows: int, tokens_per_row: int, backend: str | None = None) -> int:
+  """How many chunks a device's `rows` rows of `tokens_per_row` tokens go through the train step
+  in, one after another (1: all at once): on the CPU, chunks of the fewest rows that divide `rows`
+  and hold CPU_CHUNK_MIN_TOKENS tokens and CPU_CHUNK_MIN_ROWS rows; elsewhere 1 (the batch is what
+  fills an accelerator)."""
+  if (backend or backend_name()) != "cpu":
+    return 1
+  least = max(CPU_CHUNK_MIN_ROWS, -(-CPU_CHUNK_MIN_TOKENS // max(1, tokens_per_row)))
+  size = min((d for d in range(least, rows + 1) if rows % d == 0), default=rows)
+  return rows // size
+
+
 # ---------------------------------------------------------------------------------------- Kernels
 def count_before_forward(count, inputs):
   """(count, inputs) with `count` computed before anything that reads the returned `inputs`: every
@@ -508,7 +530,8 @@ def sequence_chunk(length: int, num_heads: int, backend: str | None = None,
                    devices: int | None = None, cores_per_device: int | None = None) -> int:
   """How many sequences blockwise attention takes per step of its loop over the batch
   (models/attention.py, `sequence_chunk`; 0: the whole batch at once): on the CPU one per device
-  (default: all of JAX's, over which the trainer's mesh splits the batch) while a sequence's scores
+  (default: all of JAX's, over which the trainer's mesh splits the batch; 1 where each device's
+  rows go through the model on their own, train.flat_summed_grads) while a sequence's scores
   fit in CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES (one core per device) or
   CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES (more; default: `cpu_cores_per_device` of the local
   devices); elsewhere 0, the batch being what fills an accelerator."""

@@ -130,25 +130,56 @@ def accumulated_grads(objective, params, batch, rng, micro_batches: int):
   return jax.tree.map(lambda g: g / k, grads), jax.tree.map(lambda m: m / k, out)
 
 
-def flat_summed_grads(objective, mesh):
+def seeing_own_rows(objective):
+  """`objective` as a device runs it on its own rows alone (under shard_map): its model's attention
+  loops over them as over one device's (platform.sequence_chunk), not over the whole mesh's."""
+  cfg = objective.model.cfg
+  if cfg.attention_sequence_chunk <= 0:
+    return objective
+  own = platform.sequence_chunk(cfg.encoder_length, cfg.num_heads, devices=1)
+  return dataclasses.replace(objective, model=objective.model.clone(
+      cfg=dataclasses.replace(cfg, attention_sequence_chunk=own)))
+
+
+def flat_summed_grads(objective, mesh, chunks: int = 1):
   """(params, batch, rng) → (gradients, the batch's metric sums), each device computing its rows'
-  and the devices summing both in ONE all-reduce of a flat buffer.
+  and the devices summing both in ONE all-reduce of a flat buffer; with `chunks` > 1 each device
+  takes its rows in that many equal chunks, one after another, and sums them.
 
   For backends whose all-reduce costs a collective per array (XLA:CPU across processes runs the
-  step's gradient tuple as one gloo call per parameter array; platform.flat_gradient_all_reduce).
-  Exact for objectives whose loss is sums['loss'] numerator / denominator: each device's gradient
-  is weighted by its own denominator before the sum and the total divided by the global one, so
-  the result is the whole batch's gradient. The objective's corruption (masks) is drawn over the
-  whole batch before it is split, as the one-device step draws it; only dropout, drawn inside the
-  model, comes from fold_in(rng, the device's index on the `data` axis), independent per device
-  and reproducible for the same device count.
+  step's gradient tuple as one gloo call per parameter array; platform.flat_gradient_all_reduce),
+  and for one-core CPU devices, on which a chunk's activations stay in cache where the whole
+  batch's do not (platform.batch_chunks). Exact for objectives whose loss is sums['loss']
+  numerator / denominator: each chunk's gradient is weighted by its own denominator before the sum
+  and the total divided by the global one, so the result is the whole batch's gradient. The
+  objective's corruption (masks) is drawn over the whole batch before it is split, as the
+  one-device step draws it; only dropout, drawn inside the model, comes from fold_in(rng, the
+  device's index on the `data` axis) (and, with chunks, fold_in(·, the chunk's index)),
+  independent per device and chunk and reproducible for the same device count and chunks.
   """
+  own = seeing_own_rows(objective)
+
+  def weighted(params, batch, rng):  # (the denominator-weighted gradient, the metric sums) of rows
+    (_, sums), grads = jax.value_and_grad(
+        lambda p: own.loss(p, batch, rng, train=True), has_aux=True)(params)
+    count = sums["loss"][1]
+    return jax.tree.map(lambda g: g * count, grads), sums
+
   def per_device(params, batch, rng):
     rng = jax.random.fold_in(rng, jax.lax.axis_index("data"))
-    (_, sums), grads = jax.value_and_grad(
-        lambda p: objective.loss(p, batch, rng, train=True), has_aux=True)(params)
-    count = sums["loss"][1]
-    flat_grads, unravel_grads = ravel_pytree(jax.tree.map(lambda g: g * count, grads))
+    if chunks == 1:
+      grads, sums = weighted(params, batch, rng)
+    else:
+      split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
+
+      def one(total, xs):
+        i, rows = xs
+        return jax.tree.map(jnp.add, total, weighted(params, rows, jax.random.fold_in(rng, i))), None
+
+      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
+          weighted, params, jax.tree.map(lambda x: x[0], split), rng))
+      (grads, sums), _ = jax.lax.scan(one, zeros, (jnp.arange(chunks), split))
+    flat_grads, unravel_grads = ravel_pytree(grads)
     flat_sums, unravel_sums = ravel_pytree(sums)
     total = jax.lax.psum(jnp.concatenate([flat_grads, flat_sums.astype(flat_grads.dtype)]), "data")
     sums = unravel_sums(total[flat_grads.size:])
@@ -169,9 +200,21 @@ def flat_summed_grads(objective, mesh):
   return summed_grads
 
 
+def step_chunks(objective, mesh, batch_shape, accumulate_steps: int = 1) -> int:
+  """How many chunks each device's rows of a training batch of `batch_shape` ([B, ...] inputs) go
+  through the step in (platform.batch_chunks): where each device sees only its own rows (one
+  device, or CPU processes' flat sum) and the loss allows the chunks' sum; else 1."""
+  if not (objective.loss_is_ratio_of_sums and accumulate_steps == 1
+          and (mesh.size == 1 or platform.flat_gradient_all_reduce(mesh))):
+    return 1
+  backend = mesh.devices.flat[0].platform
+  return platform.batch_chunks(batch_shape[0] // mesh.size, math.prod(batch_shape[1:]), backend)
+
+
 def sums_gradients_flat(objective, mesh, accumulate_steps: int = 1) -> bool:
-  """Whether the train step sums its gradients with `flat_summed_grads`: where the platform prefers
-  it for `mesh` and the objective's loss allows it (gradient accumulation keeps XLA's sum)."""
+  """Whether the train step sums its gradients with `flat_summed_grads` over the devices: where the
+  platform prefers it for `mesh` and the objective's loss allows it (gradient accumulation keeps
+  XLA's sum)."""
   return (platform.flat_gradient_all_reduce(mesh) and objective.loss_is_ratio_of_sums
           and accumulate_steps == 1)
 
@@ -182,7 +225,8 @@ def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1,
   train(state, batch, rng) → (state, metrics, the objective's per-step info or None). With
   `accumulate_steps` > 1 the batch's gradients are accumulated over that many micro-batches.
   `flat_all_reduce` (None: `sums_gradients_flat`) sums the gradients in one flat all-reduce
-  (`flat_summed_grads`; only for objectives whose loss is a ratio of summed metrics)."""
+  (`flat_summed_grads`; only for objectives whose loss is a ratio of summed metrics), as does a
+  step whose rows go through in chunks (`step_chunks`, decided by the batch's shape)."""
   replicated = NamedSharding(mesh, P())
   batch_sharded = NamedSharding(mesh, P("data"))
   if flat_all_reduce is None:
@@ -190,14 +234,14 @@ def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1,
   if flat_all_reduce and not (objective.loss_is_ratio_of_sums and accumulate_steps == 1):
     raise ValueError(f"objective={objective.name!r} with accumulate_steps={accumulate_steps} "
                      "cannot sum its gradients as one flat buffer.")
-  summed_grads = flat_summed_grads(objective, mesh) if flat_all_reduce else None
 
   def train_step(state: TrainState, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
     model_opt, objective_state = split_opt_state(objective, state.opt_state)
-    if summed_grads is not None:
-      grads, sums = summed_grads(state.params, batch, rng)
+    chunks = step_chunks(objective, mesh, batch["inputs"].shape, accumulate_steps)
+    if flat_all_reduce or chunks > 1:
+      grads, sums = flat_summed_grads(objective, mesh, chunks)(state.params, batch, rng)
       out, info = objective.summarize(sums), None
     elif accumulate_steps > 1:
       grads, out = accumulated_grads(objective, state.params, batch, rng, accumulate_steps)
@@ -221,12 +265,26 @@ def make_steps(objective, tx, trainable, mesh, accumulate_steps: int = 1,
 
 
 def make_eval_step(objective, mesh):
-  """The jitted eval step(params, batch, rng) → the objective's metric sums, data-parallel."""
+  """The jitted eval step(params, batch, rng) → the objective's metric sums, data-parallel; on one
+  device in the train step's chunks of rows (`step_chunks`)."""
   replicated = NamedSharding(mesh, P())
 
   def eval_step(params, batch, rng):
     batch = dict(batch, inputs=batch["inputs"].astype(jnp.int32))
-    return objective.eval_sums(params, batch, rng)
+    chunks = step_chunks(objective, mesh, batch["inputs"].shape) if mesh.size == 1 else 1
+    if chunks == 1:
+      return objective.eval_sums(params, batch, rng)
+    # As the train step's chunks: the corruption drawn over the whole batch, the sums added up.
+    corruption = objective.corrupted(batch, rng)
+    if corruption is not None:
+      batch = dict(batch, corrupted=corruption)
+    split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
+    own = seeing_own_rows(objective)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
+        own.eval_sums, params, jax.tree.map(lambda x: x[0], split), rng))
+    return jax.lax.scan(lambda total, rows: (jax.tree.map(jnp.add, total,
+                                                          own.eval_sums(params, rows, rng)), None),
+                        zeros, split)[0]
 
   return jax.jit(eval_step, in_shardings=(replicated, NamedSharding(mesh, P("data")), replicated),
                  out_shardings=replicated)
@@ -628,6 +686,10 @@ def train_phase(config, name: str, task: TaskData, workdir: str, mesh,
                                      cfg.accumulate_steps)
   if sums_gradients_flat(objective, mesh, cfg.accumulate_steps):
     logging.info("[%s] Gradients summed over the devices as one flat buffer.", name)
+  chunks = step_chunks(objective, mesh, (cfg.batch_size,) + dummy.shape[1:], cfg.accumulate_steps)
+  if chunks > 1:
+    logging.info("[%s] Each device takes its %d rows in %d chunks, one after another.", name,
+                 cfg.batch_size // mesh.size, chunks)
   train_step = first_call_checks_memory(
       train_step, mesh, config, name,
       rebuild=lambda changed: make_steps(make_objective(changed, name, task), setup.tx,

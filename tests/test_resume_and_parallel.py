@@ -259,3 +259,113 @@ def test_processes_on_one_host_share_its_memory(monkeypatch):
   # A pod or SLURM: one process per host.
   assert platform.processes_sharing_this_host({"SPT_JAX_COORDINATOR": "10.0.0.2:1234"}) == 1
   assert platform.processes_sharing_this_host({}) == 1
+
+
+def _chunk_check_objective(objective_name, kind, extra, length=16, batch=8):
+  import ml_collections
+  from spt_jax import config_lib, train
+  from spt_jax.data.tasks import TaskData
+  from spt_jax.data.vocab import BYTE_VOCAB
+  rng = np.random.default_rng(0)
+  if kind == "pixels":
+    inputs = rng.integers(0, 256, (32, length), dtype=np.uint8)
+  else:
+    inputs = rng.integers(BYTE_VOCAB.first_regular_id, BYTE_VOCAB.size, (32, length)).astype(np.uint16)
+    inputs[:, length - 4:] = 0  # padding, never masked or scored
+  arrays = {"inputs": inputs, "labels": rng.integers(0, 2, 32, np.int32)}
+  phase = config_lib.phase_config(objective_name, batch_size=batch, num_steps=10, **extra)
+  task = TaskData("t", BYTE_VOCAB, 2, length, {"train": arrays}, "test data", input_kind=kind)
+  model = config_lib.transformer_config(num_layers=1, d_model=16, num_heads=2, d_ff=32)
+  config = ml_collections.ConfigDict(dict(model=model, phase=phase))
+  return train.make_objective(config, "phase", task), phase, arrays
+
+
+def _step_and_state(objective, phase, arrays, mesh):
+  import jax.numpy as jnp
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  from spt_jax import optim, train
+  from spt_jax.data import pipeline
+  whole, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  params = jax.jit(lambda r: objective.init_params(r, jnp.zeros((1, arrays["inputs"].shape[1]),
+                                                                jnp.int32)),
+                   out_shardings=whole)(jax.random.PRNGKey(0))
+  tx, _ = optim.make_optimizer(phase, 10, params, frozenset())
+  step, _ = train.make_steps(objective, tx, jax.tree.map(lambda _: True, params), mesh)
+  state = train.TrainState(jax.device_put(jnp.asarray(0, jnp.int32), whole), params,
+                           jax.jit(tx.init, out_shardings=whole)(params))
+  batches = (train.to_global(b, split)
+             for b in pipeline.train_batches(arrays, phase.batch_size, seed=0))
+  return step, state, batches
+
+
+def _steps_params(objective, phase, arrays, mesh, steps=3):
+  """Parameters and logged metrics after `steps` steps, and the evaluation sums of the parameters on
+  a batch of 6 examples padded to 8."""
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  from spt_jax import train
+  from spt_jax.data import pipeline
+  step, state, batches = _step_and_state(objective, phase, arrays, mesh)
+  for _ in range(steps):
+    state, metrics, _ = step(state, next(batches), jax.random.PRNGKey(1))
+  six = {k: v[:6] for k, v in arrays.items()}
+  eval_batch = train.to_global(next(pipeline.eval_batches(six, 8)), NamedSharding(mesh, P("data")))
+  sums = train.make_eval_step(objective, mesh)(state.params, eval_batch, jax.random.PRNGKey(2))
+  return (jax.tree.leaves(state.params), jax.tree.map(float, metrics),
+          [float(x) for x in jax.tree.leaves(sums)])
+
+
+def test_cpu_step_takes_the_batch_in_chunks_of_a_thousand_tokens():
+  # The study's batches (32 rows of 256) in chunks of 4 rows; the cpu shape's (8 of 512) of 2.
+  assert platform.batch_chunks(32, 256, backend="cpu") == 8
+  assert platform.batch_chunks(8, 512, backend="cpu") == 4
+  assert platform.batch_chunks(4, 1024, backend="cpu") == 2  # never fewer than 2 rows a chunk
+  assert platform.batch_chunks(1, 4000, backend="cpu") == 1
+  assert platform.batch_chunks(12, 300, backend="cpu") == 3  # 4 rows: the fewest ≥ 1,024 tokens that divide 12
+  assert platform.batch_chunks(7, 16, backend="cpu") == 1   # nothing short of the batch holds 1,024
+  assert platform.batch_chunks(32, 256, backend="cuda") == 1
+  assert platform.batch_chunks(32, 256, backend="tpu") == 1
+
+
+def test_chunked_step_computes_the_whole_batch_step(monkeypatch):
+  # The step on one CPU device with its rows in chunks (train.flat_summed_grads) against the same
+  # step with the whole batch at once: the same parameters, logged metrics and evaluation sums for
+  # every kind of objective, so masks are the whole batch's and each chunk's gradient is weighted by
+  # its count.
+  from spt_jax import train
+  mesh = experiment.make_mesh(jax.devices()[:1])
+  monkeypatch.setattr(platform, "CPU_CHUNK_MIN_TOKENS", 32)  # chunks of 2 rows of 16 tokens
+  # (The causal objective's sum is the same as these; the 2-device check above runs it.)
+  for objective_name, kind, extra in (
+      ("mlm", "pixels", dict(pixel_loss="l1")), ("mlm", "tokens", dict(bert_mix=True)),
+      ("classification", "tokens", {})):
+    objective, phase, arrays = _chunk_check_objective(objective_name, kind, extra)
+    assert train.step_chunks(objective, mesh, (8, 16)) == 4
+    chunked = _steps_params(objective, phase, arrays, mesh, steps=2)
+    with monkeypatch.context() as m:
+      m.setattr(platform, "batch_chunks", lambda *a, **k: 1)
+      whole = _steps_params(objective, phase, arrays, mesh, steps=2)
+    for a, b in zip(whole[0], chunked[0]):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+    for name, value in whole[1].items():
+      np.testing.assert_allclose(chunked[1][name], value, rtol=1e-5, atol=1e-6,
+                                 err_msg=f"{objective_name} {kind} {name}")
+    np.testing.assert_allclose(chunked[2], whole[2], rtol=1e-5, atol=1e-6)  # evaluation
+
+
+def test_chunked_step_holds_one_chunks_activations(monkeypatch):
+  # Why the chunks are faster: only one chunk's activations are alive at a time, so the compiled
+  # step's temporaries shrink with the chunk (and stay in a CPU core's cache).
+  from spt_jax import train
+  mesh = experiment.make_mesh(jax.devices()[:1])
+  objective, phase, arrays = _chunk_check_objective("classification", "tokens", {}, length=128,
+                                                    batch=32)
+  assert train.step_chunks(objective, mesh, (32, 128)) == 4
+  temp = {}
+  for chunked in (True, False):
+    with monkeypatch.context() as m:
+      if not chunked:
+        m.setattr(platform, "batch_chunks", lambda *a, **k: 1)
+      step, state, batches = _step_and_state(objective, phase, arrays, mesh)
+      compiled = step.lower(state, next(batches), jax.random.PRNGKey(1)).compile()
+      temp[chunked] = compiled.memory_analysis().temp_size_in_bytes
+  assert temp[True] < 0.5 * temp[False], temp
