@@ -45,6 +45,14 @@ from spt_jax.data.tasks import TaskData  # noqa: E402
 from spt_jax.data.vocab import BYTE_VOCAB  # noqa: E402
 from spt_jax.models import attention as attention_lib  # noqa: E402
 
+# Both frameworks run in this process, one step after the other. OpenMP's default waits by spinning
+# after each parallel region, and torch's idle OpenMP threads took the cores from both frameworks'
+# steps: confined to one core, each step ran ~30% slower than in a process of its own
+# (benchmarks/README.md, "The batch in chunks"). Set before torch loads its OpenMP runtime, and only
+# when this script times both (a module importing it times torch alone, with torch's defaults).
+if __name__ == "__main__":
+  os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 try:
   import torch
   import torch_reference

@@ -4,6 +4,7 @@ import numpy as np
 
 from spt_jax import masking
 from spt_jax.data.vocab import MASK_ID, PAD_ID
+from spt_jax.objectives.base import predicted
 from spt_jax.objectives.masked import token_loss
 
 RNG = jax.random.PRNGKey(0)
@@ -58,3 +59,10 @@ def test_loss_counts_masked_positions_only():
   grad = jax.grad(lambda l: token_loss(l, tokens, mask)[0])(logits)
   assert np.abs(np.asarray(grad)[0, [0, 2, 4]]).max() == 0
   assert np.abs(np.asarray(grad)[0, [1, 3]]).min() > 0
+
+
+def test_predicted_is_argmax_ties_to_the_first():
+  logits = jax.random.normal(jax.random.PRNGKey(0), (4, 32, 256))
+  tied = jnp.round(logits)  # many rows with their maximum at several indices
+  for x in (logits, tied, jnp.zeros((3, 5))):
+    np.testing.assert_array_equal(predicted(x), jnp.argmax(x, -1))

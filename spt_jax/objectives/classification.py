@@ -9,7 +9,7 @@ import optax
 from spt_jax.models.transformer import SequenceModel
 from spt_jax.objectives import register
 from spt_jax import platform
-from spt_jax.objectives.base import Objective
+from spt_jax.objectives.base import Objective, predicted
 
 
 @register
@@ -27,5 +27,5 @@ class Classification(Objective):
     logits = self.model.apply({"params": params}, inputs, train=train, rngs={"dropout": rng})
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["labels"])
     loss = (ce * w).sum() / jnp.maximum(n, 1.0)
-    correct = ((logits.argmax(-1) == batch["labels"]) * w).sum()
+    correct = ((predicted(logits) == batch["labels"]) * w).sum()
     return loss, {"loss": ((ce * w).sum(), n), "accuracy": (correct, n)}

@@ -10,7 +10,7 @@ import optax
 from spt_jax import masking, platform
 from spt_jax.models.transformer import SequenceModel
 from spt_jax.objectives import register
-from spt_jax.objectives.base import Objective, example_weights, ratio
+from spt_jax.objectives.base import Objective, example_weights, predicted, ratio
 
 PIXEL_LOSSES = ("l1", "ce")
 MASKED_PIXEL = 256  # a masked pixel, as `corrupted` reports what the encoder sees (values are 0-255)
@@ -22,7 +22,7 @@ def token_loss(logits, targets, mask, num_masked=None):
   weight = mask.astype(jnp.float32)
   num_masked = weight.sum() if num_masked is None else num_masked
   loss = (ce * weight).sum() / jnp.maximum(num_masked, 1.0)
-  correct = ((logits.argmax(-1) == targets) * weight).sum()
+  correct = ((predicted(logits) == targets) * weight).sum()
   metrics = {"loss": ((ce * weight).sum(), num_masked), "accuracy": (correct, num_masked),
              "mask_rate": (num_masked, ((targets != 0) * 1.0).sum())}
   return loss, metrics
@@ -42,7 +42,7 @@ def pixel_loss(kind: str, out, pixels, mask, pixel_mean: float, pixel_std: float
     return l1 / jnp.maximum(n, 1.0), metrics
   ce = optax.softmax_cross_entropy_with_integer_labels(out.astype(jnp.float32),
                                                        pixels.astype(jnp.int32))
-  correct = ((out.argmax(-1) == pixels) * w).sum()
+  correct = ((predicted(out) == pixels) * w).sum()
   return (ce * w).sum() / jnp.maximum(n, 1.0), {"loss": ((ce * w).sum(), n),
                                                  "accuracy": (correct, n)}
 
