@@ -277,7 +277,7 @@ def flat_gradient_all_reduce(mesh) -> bool:
 # ([tokens, d_model] float32 per layer) then stay in the cores' caches through forward and backward,
 # where the whole batch's stream through memory at every elementwise pass (benchmarks/README.md,
 # "The batch in chunks"). Measured with one and with two cores per device.
-CPU_CHUNK_MIN_TOKENS = 1024
+CPU_CHUNK_MIN_TOKENS = 512
 CPU_CHUNK_MIN_ROWS = 2
 
 
@@ -285,7 +285,8 @@ def batch_chunks(rows: int, tokens_per_row: int, backend: str | None = None) -> 
   """How many chunks a device's `rows` rows of `tokens_per_row` tokens go through the train step
   in, one after another (1: all at once): on the CPU, chunks of the fewest rows that divide `rows`
   and hold CPU_CHUNK_MIN_TOKENS tokens and CPU_CHUNK_MIN_ROWS rows; elsewhere 1 (the batch is what
-  fills an accelerator)."""
+  fills an accelerator). A chunk's attention then runs at once where its scores fit the cache
+  budget of `sequence_chunk`."""
   if (backend or backend_name()) != "cpu":
     return 1
   least = max(CPU_CHUNK_MIN_ROWS, -(-CPU_CHUNK_MIN_TOKENS // max(1, tokens_per_row)))
@@ -527,20 +528,25 @@ def specialise(model_config, backend: str | None = None):
 
 
 def sequence_chunk(length: int, num_heads: int, backend: str | None = None,
-                   devices: int | None = None, cores_per_device: int | None = None) -> int:
+                   devices: int | None = None, cores_per_device: int | None = None,
+                   rows: int | None = None) -> int:
   """How many sequences blockwise attention takes per step of its loop over the batch
   (models/attention.py, `sequence_chunk`; 0: the whole batch at once): on the CPU one per device
   (default: all of JAX's, over which the trainer's mesh splits the batch; 1 where each device's
   rows go through the model on their own, train.flat_summed_grads) while a sequence's scores
   fit in CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES (one core per device) or
   CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES (more; default: `cpu_cores_per_device` of the local
-  devices); elsewhere 0, the batch being what fills an accelerator."""
+  devices); elsewhere 0, the batch being what fills an accelerator. Where the model is known to
+  see `rows` sequences (a device's chunk of rows, train.flat_summed_grads) whose scores fit that
+  budget together, 0: they are already a cache-sized tile, and the loop would only add its own
+  overhead."""
   if (backend or backend_name()) != "cpu":
     return 0
   cores = cores_per_device or cpu_cores_per_device()
   limit = (CPU_SEQUENCE_CHUNK_MAX_SCORE_BYTES if cores == 1
            else CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES)
-  if num_heads * length * length * 4 > limit:
+  scores = num_heads * length * length * 4
+  if scores > limit or (rows is not None and rows * scores <= limit):
     return 0
   return devices or jax.device_count()
 

@@ -130,13 +130,16 @@ def accumulated_grads(objective, params, batch, rng, micro_batches: int):
   return jax.tree.map(lambda g: g / k, grads), jax.tree.map(lambda m: m / k, out)
 
 
-def seeing_own_rows(objective):
-  """`objective` as a device runs it on its own rows alone (under shard_map): its model's attention
-  loops over them as over one device's (platform.sequence_chunk), not over the whole mesh's."""
+def seeing_own_rows(objective, inputs_shape):
+  """`objective` as a device runs it on its own rows alone, `inputs_shape` at a time (under
+  shard_map, a chunk at a time): its model's attention loops over them as over one device's, or
+  takes them at once where they fit the cache (platform.sequence_chunk), not as over the whole
+  mesh's batch."""
   cfg = objective.model.cfg
   if cfg.attention_sequence_chunk <= 0:
     return objective
-  own = platform.sequence_chunk(cfg.encoder_length, cfg.num_heads, devices=1)
+  sequences = math.prod(inputs_shape[:-1])  # pairs [B, 2, L] are 2B sequences
+  own = platform.sequence_chunk(cfg.encoder_length, cfg.num_heads, devices=1, rows=sequences)
   return dataclasses.replace(objective, model=objective.model.clone(
       cfg=dataclasses.replace(cfg, attention_sequence_chunk=own)))
 
@@ -157,9 +160,8 @@ def flat_summed_grads(objective, mesh, chunks: int = 1):
   device's index on the `data` axis) (and, with chunks, fold_in(·, the chunk's index)),
   independent per device and chunk and reproducible for the same device count and chunks.
   """
-  own = seeing_own_rows(objective)
-
   def weighted(params, batch, rng):  # (the denominator-weighted gradient, the metric sums) of rows
+    own = seeing_own_rows(objective, batch["inputs"].shape)
     (_, sums), grads = jax.value_and_grad(
         lambda p: own.loss(p, batch, rng, train=True), has_aux=True)(params)
     count = sums["loss"][1]
@@ -279,7 +281,7 @@ def make_eval_step(objective, mesh):
     if corruption is not None:
       batch = dict(batch, corrupted=corruption)
     split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
-    own = seeing_own_rows(objective)
+    own = seeing_own_rows(objective, split["inputs"].shape[1:])
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
         own.eval_sums, params, jax.tree.map(lambda x: x[0], split), rng))
     return jax.lax.scan(lambda total, rows: (jax.tree.map(jnp.add, total,

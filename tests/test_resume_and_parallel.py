@@ -314,14 +314,18 @@ def _steps_params(objective, phase, arrays, mesh, steps=3):
           [float(x) for x in jax.tree.leaves(sums)])
 
 
-def test_cpu_step_takes_the_batch_in_chunks_of_a_thousand_tokens():
-  # The study's batches (32 rows of 256) in chunks of 4 rows; the cpu shape's (8 of 512) of 2.
-  assert platform.batch_chunks(32, 256, backend="cpu") == 8
-  assert platform.batch_chunks(8, 512, backend="cpu") == 4
-  assert platform.batch_chunks(4, 1024, backend="cpu") == 2  # never fewer than 2 rows a chunk
+def test_cpu_step_takes_the_batch_in_chunks_of_512_tokens():
+  # The study's batches (32 rows of 256) and the cpu shape's (8 of 512) in chunks of 2 rows.
+  assert platform.batch_chunks(32, 256, backend="cpu") == 16
+  assert platform.batch_chunks(8, 512, backend="cpu") == 4  # never fewer than 2 rows a chunk
+  assert platform.batch_chunks(4, 1024, backend="cpu") == 2
   assert platform.batch_chunks(1, 4000, backend="cpu") == 1
-  assert platform.batch_chunks(12, 300, backend="cpu") == 3  # 4 rows: the fewest ≥ 1,024 tokens that divide 12
-  assert platform.batch_chunks(7, 16, backend="cpu") == 1   # nothing short of the batch holds 1,024
+  assert platform.batch_chunks(12, 200, backend="cpu") == 4  # 3 rows: the fewest ≥ 512 tokens that divide 12
+  assert platform.batch_chunks(7, 16, backend="cpu") == 1   # nothing short of the batch holds 512
+  # A chunk whose attention scores fit the cache budget takes its attention at once, not in a loop.
+  assert platform.sequence_chunk(256, 4, backend="cpu", devices=1, cores_per_device=1, rows=2) == 0
+  assert platform.sequence_chunk(256, 4, backend="cpu", devices=1, cores_per_device=1, rows=8) == 1
+  assert platform.sequence_chunk(512, 4, backend="cpu", devices=1, cores_per_device=1, rows=2) == 1
   assert platform.batch_chunks(32, 256, backend="cuda") == 1
   assert platform.batch_chunks(32, 256, backend="tpu") == 1
 
@@ -359,7 +363,7 @@ def test_chunked_step_holds_one_chunks_activations(monkeypatch):
   mesh = experiment.make_mesh(jax.devices()[:1])
   objective, phase, arrays = _chunk_check_objective("classification", "tokens", {}, length=128,
                                                     batch=32)
-  assert train.step_chunks(objective, mesh, (32, 128)) == 4
+  assert train.step_chunks(objective, mesh, (32, 128)) == 8
   temp = {}
   for chunked in (True, False):
     with monkeypatch.context() as m:
