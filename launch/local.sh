@@ -144,13 +144,22 @@ trap 'on_signal SIGHUP 1' HUP
 
 # "[ID] " before every line, and after every carriage return too: a progress bar redraws its line
 # with \r and ends it only when done, and a line-based filter (awk, sed) would hold it back so long.
+# Each line (or \r-ended redraw) goes out whole in one write, never a piece of one: the processes'
+# filters share one stdout and one stderr, and a piece would let another process's line in mid-line.
 prefix() {
   "$python" -u -c 'import os, re, sys
-tag, start = sys.argv[1].encode(), True
+tag, pending = sys.argv[1].encode(), b""
+segment = re.compile(rb"[^\r\n]*(?:\r\n|\r(?!\n)|\n)")
 while chunk := os.read(0, 65536):
-  text = re.sub(rb"(\r\n|\r(?!\n)|\n)(?!\Z)", lambda m: m.group(1) + tag, chunk)
-  os.write(1, (tag if start else b"") + text)
-  start = chunk.endswith((b"\n", b"\r"))' "[$1] "
+  data, end = pending + chunk, 0
+  for m in segment.finditer(data):
+    if m.end() == len(data) and data.endswith(b"\r"):
+      break  # perhaps the first half of \r\n
+    os.write(1, tag + m.group())
+    end = m.end()
+  pending = data[end:]
+if pending:
+  os.write(1, tag + pending)' "[$1] "
 }
 
 for ((i = 0; i < num_processes; i++)); do

@@ -242,6 +242,33 @@ def test_main_runs_as_one_process_per_core_through_local_sh(tmp_path):
   assert bad.returncode != 0 and "choose one" in bad.stderr, bad.stderr[-2000:]
 
 
+def test_each_process_output_line_arrives_whole(tmp_path):
+  # The processes' output filters share local.sh's stderr: a line written in pieces (a long error,
+  # a progress bar) must not let the other process's lines in mid-line, or its "[ID] " tag is lost.
+  script = tmp_path / "pieces.py"
+  script.write_text(textwrap.dedent("""
+      import os, sys, time
+      if os.environ["SPT_JAX_PROCESS_ID"] == "0":
+        for piece in range(8):
+          sys.stderr.write(("error: " if piece == 0 else "") + str(piece) * 20)
+          sys.stderr.flush()
+          time.sleep(0.05)
+        sys.stderr.write("\\n")
+        sys.stderr.write("bar 1\\rbar 2\\rbar 3\\n")
+      else:
+        for n in range(12):
+          print(f"line {n}", file=sys.stderr, flush=True)
+          time.sleep(0.03)
+  """))
+  out = _run(["bash", LOCAL, f"--script={script}", "2", "--"], RUN_TIMEOUT)
+  assert out.returncode == 0, out.stderr[-3000:]
+  lines = [l for l in out.stderr.splitlines() if l.startswith(("[0] ", "[1] "))]
+  assert _lines(out.stderr, 0)[:4] == ["error: " + "".join(str(p) * 20 for p in range(8)),
+                                       "bar 1", "bar 2", "bar 3"], out.stderr
+  assert _lines(out.stderr, 1) == [f"line {n}" for n in range(12)], out.stderr
+  assert len(lines) == 16, out.stderr
+
+
 def test_processes_stop_when_the_launcher_is_killed(tmp_path):
   # SIGKILL leaves local.sh no chance to pass anything on; each process asked the kernel for a
   # SIGTERM on its parent's death (distributed.stop_with_parent), as main.py does when launched.
@@ -547,7 +574,9 @@ def test_a_process_whose_data_cache_differs_stops_the_run_naming_the_split(spt_r
               f"--workdir={workdir}", *tiny_flags(cache)], RUN_TIMEOUT)
   assert out.returncode == 1, out.stderr[-4000:]
   for process in (0, 1):
-    (error,) = [l for l in _lines(out.stderr, process) if l.startswith("error: ")]
+    errors = [l for l in _lines(out.stderr, process) if l.startswith("error: ")]
+    assert len(errors) == 1, [l for l in out.stderr.splitlines() if "rror" in l or "rerun" in l]
+    error = errors[0]
     assert "The processes loaded different data for config.data" in error, error
     assert "split 'val' differs on process(es) [1] from process 0's" in error, error
     assert "'train'" not in error and "'test'" not in error, error
