@@ -144,6 +144,23 @@ def seeing_own_rows(objective, inputs_shape):
       cfg=dataclasses.replace(cfg, attention_sequence_chunk=own)))
 
 
+def with_corruption(objective, batch, rng):
+  """`batch` with the objective's corruption (masks) drawn over all of it (batch['corrupted'], read
+  by `Objective.drawn`), so that a step splitting it computes the whole batch's numbers."""
+  corruption = objective.corrupted(batch, rng)
+  return batch if corruption is None else dict(batch, corrupted=corruption)
+
+
+def sum_over_chunks(fn, batch, chunks: int):
+  """Σ_i fn(i, rows of chunk i) over `chunks` equal chunks of `batch`'s rows, one after another
+  (a lax.scan: only one chunk's intermediates are alive at a time)."""
+  split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
+  zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
+      fn, 0, jax.tree.map(lambda x: x[0], split)))
+  return jax.lax.scan(lambda total, xs: (jax.tree.map(jnp.add, total, fn(*xs)), None),
+                      zeros, (jnp.arange(chunks), split))[0]
+
+
 def flat_summed_grads(objective, mesh, chunks: int = 1):
   """(params, batch, rng) → (gradients, the batch's metric sums), each device computing its rows'
   and the devices summing both in ONE all-reduce of a flat buffer; with `chunks` > 1 each device
@@ -172,15 +189,8 @@ def flat_summed_grads(objective, mesh, chunks: int = 1):
     if chunks == 1:
       grads, sums = weighted(params, batch, rng)
     else:
-      split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
-
-      def one(total, xs):
-        i, rows = xs
-        return jax.tree.map(jnp.add, total, weighted(params, rows, jax.random.fold_in(rng, i))), None
-
-      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
-          weighted, params, jax.tree.map(lambda x: x[0], split), rng))
-      (grads, sums), _ = jax.lax.scan(one, zeros, (jnp.arange(chunks), split))
+      grads, sums = sum_over_chunks(
+          lambda i, rows: weighted(params, rows, jax.random.fold_in(rng, i)), batch, chunks)
     flat_grads, unravel_grads = ravel_pytree(grads)
     flat_sums, unravel_sums = ravel_pytree(sums)
     total = jax.lax.psum(jnp.concatenate([flat_grads, flat_sums.astype(flat_grads.dtype)]), "data")
@@ -194,10 +204,7 @@ def flat_summed_grads(objective, mesh, chunks: int = 1):
                          out_specs=(P(), P()), check_vma=False)
 
   def summed_grads(params, batch, rng):
-    corruption = objective.corrupted(batch, rng)
-    if corruption is not None:
-      batch = dict(batch, corrupted=corruption)
-    return summed(params, batch, rng)
+    return summed(params, with_corruption(objective, batch, rng), rng)
 
   return summed_grads
 
@@ -277,16 +284,9 @@ def make_eval_step(objective, mesh):
     if chunks == 1:
       return objective.eval_sums(params, batch, rng)
     # As the train step's chunks: the corruption drawn over the whole batch, the sums added up.
-    corruption = objective.corrupted(batch, rng)
-    if corruption is not None:
-      batch = dict(batch, corrupted=corruption)
-    split = jax.tree.map(lambda x: x.reshape((chunks, x.shape[0] // chunks) + x.shape[1:]), batch)
-    own = seeing_own_rows(objective, split["inputs"].shape[1:])
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(
-        own.eval_sums, params, jax.tree.map(lambda x: x[0], split), rng))
-    return jax.lax.scan(lambda total, rows: (jax.tree.map(jnp.add, total,
-                                                          own.eval_sums(params, rows, rng)), None),
-                        zeros, split)[0]
+    return sum_over_chunks(
+        lambda _, rows: seeing_own_rows(objective, rows["inputs"].shape).eval_sums(params, rows, rng),
+        with_corruption(objective, batch, rng), chunks)
 
   return jax.jit(eval_step, in_shardings=(replicated, NamedSharding(mesh, P("data")), replicated),
                  out_shardings=replicated)
