@@ -87,6 +87,44 @@ def test_blockwise_loop_over_the_batch_changes_no_number(rule):
     attention.blockwise_attention(q, k, v, mask, block_size=8, sequence_chunk=-1)
 
 
+@pytest.mark.parametrize("rule", ["alibi_causal", "t5_relative"])
+def test_one_block_with_kept_probabilities_matches_dense(rule):
+  """A sequence taken as one block keeps its probabilities for the backward (`_one_block`): the
+  same outputs and gradients as dense, the learned bias's included, for every kind of row."""
+  q, k, v, cot, mask = _inputs(21, heads=2, seed=2)
+  modifier = {"alibi_causal": attention.ScoreModifier(alibi=attention.alibi_slopes(2), causal=True),
+              "t5_relative": attention.ScoreModifier(learned_bias=_t5_table_bias(2))}[rule]
+
+  @functools.partial(jax.jit, static_argnums=4)
+  def run(q, k, v, modifier, implementation):
+    fn = lambda q, k, v, m: attention.attend(q, k, v, mask, implementation=implementation,
+                                             block_size=32, modifier=m)[0]
+    out, vjp = jax.vjp(fn, q, k, v, modifier)
+    return out, vjp(cot)
+  out_d, grads_d = run(q, k, v, modifier, "dense")
+  out_b, grads_b = run(q, k, v, modifier, "blockwise")
+  np.testing.assert_allclose(out_b, out_d, **TOL)
+  for g_b, g_d in zip(jax.tree.leaves(grads_b), jax.tree.leaves(grads_d)):
+    np.testing.assert_allclose(g_b, g_d, **TOL)
+
+
+def test_one_block_backward_reuses_the_forwards_probabilities(monkeypatch):
+  """What makes it faster: within KEPT_PROBABILITIES_MAX_BYTES the backward computes no second
+  exp of the [B, H, L, L] scores; beyond it (here: the budget lowered under the batch's scores)
+  it recomputes them from the softmax statistics and stays linear in L."""
+  q, k, v, cot, mask = _inputs(16, heads=2)
+
+  def exps(budget):
+    monkeypatch.setattr(attention, "KEPT_PROBABILITIES_MAX_BYTES", budget)
+    fn = lambda q, k, v: attention.blockwise_attention(q, k, v, mask, block_size=16)[0]
+    jaxpr = jax.make_jaxpr(lambda q, k, v: jax.vjp(fn, q, k, v)[1](cot))(q, k, v)
+    return sum(eqn.primitive.name == "exp" and eqn.outvars[0].aval.shape[-2:] == (16, 16)
+               for eqn in _all_eqns(jaxpr.jaxpr))
+  scores_bytes = 4 * 2 * 16 * 16 * 4
+  assert exps(scores_bytes) == 1
+  assert exps(scores_bytes - 1) == 2
+
+
 def test_cpu_blockwise_steps_through_the_batch_while_a_sequence_fits_the_cache():
   # The study's model (4 heads, L=256): 1 MiB of scores per sequence, one sequence per device.
   assert platform.sequence_chunk(256, 4, backend="cpu", devices=1) == 1

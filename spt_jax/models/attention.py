@@ -6,7 +6,9 @@ or inspected by path (`.../attention/query/kernel`), which the mechanism ablatio
 The attention itself is chosen by name (`IMPLEMENTATIONS`), all with one signature:
   dense      softmax(q kᵀ/√d) v, the L×L weights materialised (and returned for analysis).
   blockwise  the same numbers computed flash-attention style over blocks of `block_size`, in memory
-             linear in L in the forward and the backward pass (custom VJP that recomputes).
+             linear in L in the forward and the backward pass (custom VJP that recomputes); a
+             sequence taken as one block whose scores fit KEPT_PROBABILITIES_MAX_BYTES keeps its
+             probabilities for the backward instead.
   local      each block of `block_size` queries attends to its own and the two neighbouring key
              blocks only (Amos et al.'s Path-X setting): a different model, linear in L.
   cudnn      cuDNN's fused flash attention via `jax.nn.dot_product_attention`; GPU only.
@@ -359,6 +361,65 @@ def _flash_bwd(length, block, residuals, d_out):
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
+# One block's probabilities are kept for the backward, rather than recomputed from the softmax
+# statistics, while the block's scores take at most this many bytes ([B, H, L, L] float32): the
+# recomputation (a score product and an exp per element) costs more than reading them back from cache.
+KEPT_PROBABILITIES_MAX_BYTES = 4 << 20
+
+
+def _one_block_forward(q, k, v, key_mask, modifier):
+  """Attention of pre-scaled q over a sequence taken as one block: the unnormalised probabilities
+  e = exp(s − max s) [B, H, L, L], each row's sum l [B, H, L] and the output (e·v)/l [B, L, H, D]."""
+  q_h, k_t = _blocks(q, 1)[0], _blocks(k, 1, transposed=True)[0]
+  position = _block_positions(q.shape[1], q.shape[1])[0]
+  s = _block_scores(q_h, k_t, key_mask, jnp.full(q.shape[1], _MASKED, jnp.float32), position,
+                    position, modifier)
+  e = jnp.exp(s - s.max(-1, keepdims=True))
+  l = e.sum(-1)
+  out = jnp.einsum("bhqk,bhkd->bhqd", e.astype(v.dtype), _blocks(v, 1)[0],
+                   preferred_element_type=jnp.float32) / l[..., None]
+  return e, l, _unblocks(out[None].astype(q.dtype))
+
+
+@jax.custom_vjp
+def _one_block(q, k, v, key_mask, modifier: ScoreModifier):
+  return _one_block_forward(q, k, v, key_mask, modifier)[2]
+
+
+def _one_block_fwd(q, k, v, key_mask, modifier):
+  e, l, out = _one_block_forward(q, k, v, key_mask, modifier)
+  return out, (q, k, v, key_mask, modifier, out, e, l)
+
+
+def _one_block_bwd(residuals, d_out):
+  """`_flash_bwd` for one block pair, with the forward's probabilities instead of recomputed ones.
+
+  Each row's 1/l goes into dO (an [L, D] scaling) rather than into the [L, L] probabilities:
+  dVᵀ = (dO/l)ᵀ·e, and dS = p·(dP − δ) = e·((dO/l)·Vᵀ − δ/l).
+  """
+  q, k, v, key_mask, modifier, out, e, l = residuals
+  f32 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
+  inv_l = 1.0 / l
+  delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32)) * inv_l
+  do = _blocks(d_out.astype(jnp.float32), 1)[0] * inv_l[..., None]  # [B, H, L, D]
+  dv_t = f32("bhdq,bhqk->bhdk", do.swapaxes(-1, -2).astype(v.dtype), e.astype(v.dtype))
+  dp = f32("bhqd,bhdk->bhqk", do.astype(v.dtype), _blocks(v, 1, transposed=True)[0])
+  ds = jnp.where(key_mask[:, None, None, :], e * (dp - delta[..., None]), 0.0)
+  dk_t = f32("bhdq,bhqk->bhdk", _blocks(q, 1, transposed=True)[0], ds.astype(q.dtype))
+  dq = f32("bhqk,bhkd->bhqd", ds.astype(k.dtype), _blocks(k, 1)[0])
+  d_learned = None
+  if modifier.learned_bias is not None:
+    position = _block_positions(q.shape[1], q.shape[1])[0]
+    _, pull = jax.vjp(lambda b: b(position, position), modifier.learned_bias)
+    d_learned = pull(ds.sum(0))[0]
+  return (_unblocks(dq[None]).astype(q.dtype), _unblocks(dk_t[None], transposed=True).astype(k.dtype),
+          _unblocks(dv_t[None], transposed=True).astype(v.dtype), None,
+          dataclasses.replace(modifier, learned_bias=d_learned))
+
+
+_one_block.defvjp(_one_block_fwd, _one_block_bwd)
+
+
 def _pad_length(x, padded: int, value=0):
   return jnp.pad(x, [(0, 0), (0, padded - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
                  constant_values=value)
@@ -383,6 +444,10 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
   L need not be a multiple of `block_size` (padded internally). A query whose keys are all padding
   averages all L values uniformly, as in dense. No attention dropout; returns weights=None.
 
+  One block (block_size >= L) whose scores, batch × heads × L² float32, fit in
+  KEPT_PROBABILITIES_MAX_BYTES: the probabilities are kept for the backward (`_one_block`), which
+  then neither recomputes the scores nor their exp; memory stays bounded by that constant.
+
   sequence_chunk > 0: the batch goes through in a loop, this many sequences per step (the largest
   divisor of the batch that is no larger), so that each step's score tiles stay in a CPU core's cache
   rather than streaming [B, H, block, block] tiles through memory (`platform.specialise` sets it).
@@ -402,7 +467,9 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.
   q, k, v = (_pad_length(x, padded) for x in (q * q.shape[-1] ** -0.5, k, v))
   key_mask = _pad_length(key_mask, padded, False)
   chunk = max((c for c in range(1, min(sequence_chunk, batch) + 1) if batch % c == 0), default=batch)
-  if chunk == batch:
+  if block == length and batch * q.shape[2] * length * length * 4 <= KEPT_PROBABILITIES_MAX_BYTES:
+    out = _one_block(q, k, v, key_mask, modifier)  # fits as it is: no loop over the batch either
+  elif chunk == batch:
     out = _flash(q, k, v, key_mask, modifier, length, block)
   else:
     steps = batch // chunk
