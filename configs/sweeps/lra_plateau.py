@@ -14,7 +14,8 @@ Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a
      rope2d: axial RoPE, half the channels by row, half by column); and on Pathfinder 1D ALiBi
      once more without the plateau rule (scratch_alibi_to_cap): its seed 0 stopped at step 4,250
      still at chance, where plain scratch left chance only at ~3,000, so whether the rule cut off a
-     later escape is measured rather than assumed
+     later escape is measured rather than assumed; and on Pathfinder scratch without any position
+     encoding (scratch_nopos), the control for what absolute positions alone give scratch
   c  SPT with the same position options
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
 Seeds: 3 on ListOps, 5 on Pathfinder (one in three SPT seeds stayed at chance at 1,500 steps).
@@ -65,7 +66,8 @@ def _stages(task: str) -> dict:
                               f"compute-matched scratch"),
       "b": dict(runs=[f"scratch: {scratch}"] + [f"scratch_{p}: {scratch} model.position={p}"
                                                 for p in positions(task)]
-                + ([f"scratch_alibi_to_cap: {scratch} model.position=alibi "
+                + ([f"scratch_nopos: {scratch} model.position=none",
+                    f"scratch_alibi_to_cap: {scratch} model.position=alibi "
                     "finetune.stop_on_plateau.patience=0"] if task == "pathfinder" else []),
                 title=f"{task} (cpu, plateau budgets): from scratch with a proximity bias"),
       "c": dict(runs=[f"spt: {spt}"] + [f"spt_{p}: {spt} model.position={p}"
