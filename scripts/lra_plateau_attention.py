@@ -11,7 +11,12 @@ best fine-tuning checkpoint's attention, every layer and head, on the first vali
                       (1 − mean |i − j| ÷ uniform attention's: 0 uniform, 1 self only)
   2D band, 2D diag.   the same on the image grid (distance √(Δrow² + Δcolumn²); band 1.5: the pixel
                       and its 8 neighbours); images only
-  and, for arms that load a pretrained encoder, the same of the loaded (hand-off) parameters
+  entropy             the attention's normalised entropy (1 uniform, 0 one key): proximity alone
+                      cannot tell uniform attention from sharp attention to distant pixels
+  test acc., q·k = 0  the checkpoint's test accuracy with W_Q, its bias and W_K zeroed
+                      (spt_jax/analysis/ablation.py): chance if the model needs its query-key
+                      attention, unchanged if it classifies without it
+  and, for arms that load a pretrained encoder, the proximity of the loaded (hand-off) parameters
   (`*_loaded`), i.e. what fine-tuning started from.
 
 Sinusoidal SPT's proximity is two-dimensional (peaks at the pixel below as well as the one to the
@@ -32,7 +37,7 @@ import numpy as np  # noqa: E402
 
 from lra_plateau_figure import arms  # noqa: E402  (every arm of the study's stages, in order)
 from spt_jax import checkpoints, config_lib, train  # noqa: E402
-from spt_jax.analysis import attention, read_phase_config  # noqa: E402
+from spt_jax.analysis import ablation, attention, read_phase_config  # noqa: E402
 from spt_jax.data import tasks  # noqa: E402
 from spt_jax.data.vocab import PAD_ID  # noqa: E402
 
@@ -51,6 +56,7 @@ def proximity(model, params, tokens, mask, grid: int) -> dict[str, float]:
                  for m in maps]
     out[f"band_{suffix}"] = float(np.mean([m["band_mass"] for m in per_layer]))
     out[f"diag_{suffix}"] = float(np.mean([m["diagonality"] for m in per_layer]))
+  out["entropy"] = float(np.mean([attention.normalised_entropy(m, mask) for m in maps]))
   return out
 
 
@@ -73,6 +79,8 @@ def run_row(run: str) -> dict | None:
     row.update({f"{k}_loaded": v
                 for k, v in proximity(model, restore("init"), tokens, mask, grid).items()})
   row["test_accuracy"] = results["finetune"]["test_of_best"]["accuracy"]
+  row["test_accuracy_qk_zeroed"] = ablation.ablate(finetune, ("qk",))["ablations"]["qk"][
+      "metrics"]["accuracy"]
   return row
 
 
@@ -95,19 +103,20 @@ def table(workdir: str, task: str) -> list[dict]:
 def markdown(rows: list[dict], task: str) -> str:
   images = any("band_2d" in r for r in rows)
   keys = [k for k in METRICS if images or k.endswith("1d")]
-  head = ["arm", "seeds", "test accuracy (%)"] + [k.replace("_", " ") for k in keys] + [
-      f"{k.replace('_', ' ')}, loaded" for k in keys]
+  head = (["arm", "seeds", "test accuracy (%)", "test acc., q·k = 0 (%)", "entropy"]
+          + [k.replace("_", " ") for k in keys] + [f"{k.replace('_', ' ')}, loaded" for k in keys])
   lines = [f"{task}: attention proximity of the best fine-tuning checkpoint, all layers and heads, "
            f"{EXAMPLES} validation examples (mean ± std over seeds; `loaded`: the parameters "
            "fine-tuning started from, for arms that load them). Uniform attention over the 16×16 "
-           "grid has 2D band ≈ 0.032 and 1D band ≈ 0.012." if task == "pathfinder" else
+           "grid has 2D band ≈ 0.032, 1D band ≈ 0.012 and entropy 1." if task == "pathfinder" else
            "fine-tuning started from, for arms that load them).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     # One seed has no spread to show.
     pm = lambda pair, scale=1.0, d=3, n=r["seeds"]: (
         f"{scale * pair[0]:.{d}f} ± {scale * pair[1]:.{d}f}" if n > 1 else f"{scale * pair[0]:.{d}f}")
-    cells = [r["arm"], str(r["seeds"]), pm(r["test_accuracy"], 100, 1)]
+    cells = [r["arm"], str(r["seeds"]), pm(r["test_accuracy"], 100, 1),
+             pm(r["test_accuracy_qk_zeroed"], 100, 1), pm(r["entropy"])]
     cells += [pm(r[k]) for k in keys]
     cells += [pm(r[f"{k}_loaded"]) if f"{k}_loaded" in r else "–" for k in keys]
     lines.append("| " + " | ".join(cells) + " |")

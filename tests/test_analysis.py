@@ -36,6 +36,19 @@ def test_proximity_metrics_on_hand_built_matrices():
   assert _metrics(anti)["diagonality"] < 0
 
 
+def test_normalised_entropy_tells_sharp_distant_attention_from_uniform():
+  assert abs(attention.normalised_entropy(np.full((L, L), 1 / L)) - 1) < 1e-9
+  assert attention.normalised_entropy(np.eye(L)) == 0
+  # Sharp attention to distant keys: no band mass at all (less than uniform's), entropy 0.
+  far = np.zeros((L, L))
+  far[np.arange(L), (np.arange(L) + L // 2) % L] = 1
+  assert attention.normalised_entropy(far) == 0 and _metrics(far)["band_mass"] == 0
+  # Only real rows and keys count: uniform over the 6 real keys is 1.
+  weights = np.zeros((1, L, L))
+  weights[0, :, :6] = 1 / 6
+  assert abs(attention.normalised_entropy(weights, np.arange(L)[None] < 6) - 1) < 1e-9
+
+
 def test_padding_rows_and_keys_are_excluded():
   weights = np.full((1, 1, L, L), 0.0, np.float32)
   real = 6
@@ -104,3 +117,37 @@ def test_plateau_attention_table_reads_a_finished_run(spt_run, tmp_path):
   assert 0 < row["band_1d_loaded"][0] < 1  # the hand-off's attention, an SPT arm's starting point
   assert row["test_accuracy"][0] == spt_run[2]["finetune"]["test_of_best"]["accuracy"]
   assert "| spt | 1 |" in script.markdown([row], "listops")
+
+
+def test_ablation_zeroes_query_key_scores_and_reports_the_trainers_numbers(spt_run):
+  """`python -m spt_jax.analysis.ablation`: unablated, the trainer's own test metrics; with `qk`
+  zeroed every score is 0, so attention is uniform over each sequence's real tokens."""
+  from spt_jax import surgery
+  from spt_jax.analysis import ablation
+  run = os.path.join(spt_run[0], "finetune")
+  result = ablation.ablate(run, zero=("qk", r"encoder/layer_0/mlp/.*"))
+  trained = json.load(open(os.path.join(run, "results.json")))["test_of_best"]
+  for k, v in result["metrics"].items():
+    np.testing.assert_allclose(v, trained[k], rtol=1e-6)
+  assert sorted(result["ablations"]["qk"]["paths"]) == [
+      "encoder/layer_0/attention/key/kernel", "encoder/layer_0/attention/query/bias",
+      "encoder/layer_0/attention/query/kernel"]
+  assert all(0 <= m["accuracy"] <= 1 for m in (a["metrics"] for a in result["ablations"].values()))
+
+  config, phase = analysis.read_phase_config(run)
+  task = tasks.load(config.data)
+  model = train.make_objective(config, phase, task).attention_model
+  params = surgery.rescale(checkpoints.restore_item(checkpoints.resolve_params_dir(run, "best")),
+                           ["qk"], 0.0)
+  tokens = task.splits["val"]["inputs"][:4].astype(np.int32)
+  real = (tokens != 0)[:, None, None, :]
+  for weights in attention.attention_maps(model, params, tokens):
+    expected = real / real.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(weights), np.broadcast_to(expected, weights.shape),
+                               atol=1e-6)
+  try:
+    ablation.ablate(run, zero=("encoder/nothing_here",))
+  except ValueError as e:
+    assert "encoder/nothing_here" in str(e)
+  else:
+    raise AssertionError("a pattern matching nothing must raise")

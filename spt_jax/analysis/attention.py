@@ -104,6 +104,24 @@ def proximity_metrics(weights, mask=None, band: float = 1, grid_width: int = 0
           "diagonality": 1.0 - mean_distance / jnp.maximum(uniform, 1e-9)}
 
 
+def normalised_entropy(weights, mask=None) -> float:
+  """Mean over real query rows of the attention's entropy ÷ log(the row's real keys): 1 for uniform
+  attention, 0 for attention to one key. Proximity metrics cannot tell uniform attention from sharp
+  attention to distant keys (both have a uniform-like band mass and mean distance); this can.
+  weights [..., L, L]; mask as in `proximity_metrics`."""
+  weights = np.asarray(weights, np.float64)
+  length = weights.shape[-1]
+  if mask is None:
+    mask = np.ones(weights.shape[:1] + (length,) if weights.ndim > 2 else (length,), bool)
+  mask = np.asarray(mask)
+  if weights.ndim > 2:
+    mask = mask.reshape(mask.shape[:1] + (1,) * (weights.ndim - 3) + (length,))
+  keys = np.broadcast_to(mask[..., None, :], weights.shape).sum(-1)
+  entropy = -(weights * np.log(np.maximum(weights, 1e-30))).sum(-1)
+  rows = np.broadcast_to(mask, weights.shape[:-1]) & (keys > 1)
+  return float((entropy / np.log(np.maximum(keys, 2)))[rows].mean())
+
+
 def position_interaction(params, layer: int, codes: np.ndarray) -> np.ndarray:
   """(P W_Q)(P W_K)ᵀ / √d_head per head, [H, L, L], for additive position codes P [L, D] (as in the
   paper).
