@@ -21,10 +21,11 @@ import json
 import os
 
 import jax
+import numpy as np
 from absl import app, flags
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from spt_jax import checkpoints, experiment, param_groups, surgery, train
+from spt_jax import checkpoints, param_groups, train, tree
 from spt_jax.analysis import read_phase_config
 from spt_jax.data import tasks
 
@@ -43,6 +44,12 @@ def define_flags() -> None:
   flags.mark_flags_as_required(["run"])
 
 
+def zeroed(params, paths) -> dict:
+  """`params` with the leaves at `paths` set to 0 (a new tree)."""
+  chosen = set(paths)
+  return tree.map_with_path(lambda p, x: np.zeros_like(x) if p in chosen else x, params)
+
+
 def ablate(run: str, zero=("qk",), checkpoint: str = "best", split: str = "test") -> dict:
   """{"metrics": the checkpoint's metrics on `split`, "ablations": {entry: {"paths": zeroed,
   "metrics": ...}}} for each entry of `zero`; every pattern is checked before anything runs."""
@@ -55,7 +62,9 @@ def ablate(run: str, zero=("qk",), checkpoint: str = "best", split: str = "test"
   if split not in task.splits:
     raise ValueError(f"{run}: split {split!r} is not one of the task's {sorted(task.splits)}.")
   objective = train.make_objective(config, phase, task)
-  mesh = experiment.make_mesh(jax.devices()[:1])
+  # One device: an analysis runs beside training, and its numbers do not depend on the devices.
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",),
+                           axis_types=(jax.sharding.AxisType.Auto,))
   eval_step = train.make_eval_step(objective, mesh)
   rng = train.evaluation_rng(config.seed, phase)
 
@@ -66,7 +75,7 @@ def ablate(run: str, zero=("qk",), checkpoint: str = "best", split: str = "test"
   return {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
           "metrics": evaluate(params),
           "ablations": {entry: {"paths": paths,
-                                "metrics": evaluate(surgery.rescale(params, [entry], 0.0))}
+                                "metrics": evaluate(zeroed(params, paths))}
                         for entry, paths in edits.items()}}
 
 
