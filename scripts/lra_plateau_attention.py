@@ -13,6 +13,8 @@ best fine-tuning checkpoint's attention, every layer and head, on the first vali
                       and its 8 neighbours); images only
   entropy             the attention's normalised entropy (1 uniform, 0 one key): proximity alone
                       cannot tell uniform attention from sharp attention to distant pixels
+  drawn mass          images only: the attention mass on the pixels that are drawn (value > 0: the
+                      paths and dots, ~31% of a Pathfinder image), content rather than position
   test acc., q·k = 0  the checkpoint's test accuracy with W_Q, its bias and W_K zeroed
                       (spt_jax/analysis/ablation.py): chance if the model needs its query-key
                       attention, unchanged if it classifies without it
@@ -57,6 +59,10 @@ def proximity(model, params, tokens, mask, grid: int) -> dict[str, float]:
     out[f"band_{suffix}"] = float(np.mean([m["band_mass"] for m in per_layer]))
     out[f"diag_{suffix}"] = float(np.mean([m["diagonality"] for m in per_layer]))
   out["entropy"] = float(np.mean([attention.normalised_entropy(m, mask) for m in maps]))
+  if grid:
+    drawn = (tokens > 0)[:, None, None, :]
+    out["drawn_mass"] = float(np.mean([(np.asarray(m) * drawn).sum(-1).mean() for m in maps]))
+    out["drawn_share"] = float((tokens > 0).mean())
   return out
 
 
@@ -103,12 +109,16 @@ def table(workdir: str, task: str) -> list[dict]:
 def markdown(rows: list[dict], task: str) -> str:
   images = any("band_2d" in r for r in rows)
   keys = [k for k in METRICS if images or k.endswith("1d")]
+  drawn = any("drawn_mass" in r for r in rows)
   head = (["arm", "seeds", "test accuracy (%)", "test acc., q·k = 0 (%)", "entropy"]
+          + (["drawn mass"] if drawn else [])
           + [k.replace("_", " ") for k in keys] + [f"{k.replace('_', ' ')}, loaded" for k in keys])
   lines = [f"{task}: attention proximity of the best fine-tuning checkpoint, all layers and heads, "
            f"{EXAMPLES} validation examples (mean ± std over seeds; `loaded`: the parameters "
            "fine-tuning started from, for arms that load them). Uniform attention over the 16×16 "
-           "grid has 2D band ≈ 0.032, 1D band ≈ 0.012 and entropy 1." if task == "pathfinder" else
+           "grid has 2D band ≈ 0.032, 1D band ≈ 0.012, entropy 1 and drawn mass the drawn pixels' "
+           f"share ({rows[0]['drawn_share'][0]:.2f} of these examples' pixels)."
+           if task == "pathfinder" and drawn else
            "fine-tuning started from, for arms that load them).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
@@ -117,6 +127,7 @@ def markdown(rows: list[dict], task: str) -> str:
         f"{scale * pair[0]:.{d}f} ± {scale * pair[1]:.{d}f}" if n > 1 else f"{scale * pair[0]:.{d}f}")
     cells = [r["arm"], str(r["seeds"]), pm(r["test_accuracy"], 100, 1),
              pm(r["test_accuracy_qk_zeroed"], 100, 1), pm(r["entropy"])]
+    cells += [pm(r["drawn_mass"])] if drawn else []
     cells += [pm(r[k]) for k in keys]
     cells += [pm(r[f"{k}_loaded"]) if f"{k}_loaded" in r else "–" for k in keys]
     lines.append("| " + " | ".join(cells) + " |")
