@@ -79,14 +79,15 @@ def run_row(run: str) -> dict | None:
   mask = tokens != PAD_ID if task.input_kind == "tokens" else np.ones(tokens.shape, bool)
   grid = attention.grid_width_of(task)
   restore = lambda kind: checkpoints.restore_item(checkpoints.resolve_params_dir(finetune, kind))
-  row = proximity(model, restore("best"), tokens, mask, grid)
+  best = restore("best")
+  row = proximity(model, best, tokens, mask, grid)
   results = json.load(open(results_path))
   if "pretrain" in results or config[phase].init_from.source:
     row.update({f"{k}_loaded": v
                 for k, v in proximity(model, restore("init"), tokens, mask, grid).items()})
   row["test_accuracy"] = results["finetune"]["test_of_best"]["accuracy"]
-  row["test_accuracy_qk_zeroed"] = ablation.ablate(finetune, ("qk",))["ablations"]["qk"][
-      "metrics"]["accuracy"]
+  row["test_accuracy_qk_zeroed"] = ablation.ablate_loaded(config, phase, task, best, ("qk",))[
+      "ablations"]["qk"]["metrics"]["accuracy"]
   return row
 
 

@@ -56,11 +56,22 @@ def ablate(run: str, zero=("qk",), checkpoint: str = "best", split: str = "test"
   config, phase = read_phase_config(run)
   params_dir = checkpoints.resolve_params_dir(run, checkpoint)
   params = checkpoints.restore_item(params_dir)
-  edits = {entry: param_groups.resolve([entry], params, what=f"--zero={entry!r}")
-           for entry in zero}
+  param_groups_of(params, zero)
   task = tasks.load(config[config[phase].get("data") or "data"])
+  return {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
+          **ablate_loaded(config, phase, task, params, zero, split)}
+
+
+def param_groups_of(params, zero) -> dict[str, list[str]]:
+  """Each `zero` entry's matched paths; an entry matching nothing raises, naming it."""
+  return {entry: param_groups.resolve([entry], params, what=f"--zero={entry!r}") for entry in zero}
+
+
+def ablate_loaded(config, phase: str, task, params, zero=("qk",), split: str = "test") -> dict:
+  """`ablate` for a phase whose config, task and parameters the caller has already loaded."""
+  edits = param_groups_of(params, zero)
   if split not in task.splits:
-    raise ValueError(f"{run}: split {split!r} is not one of the task's {sorted(task.splits)}.")
+    raise ValueError(f"split {split!r} is not one of the task's {sorted(task.splits)}.")
   objective = train.make_objective(config, phase, task)
   # One device: an analysis runs beside training, and its numbers do not depend on the devices.
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",),
@@ -72,10 +83,8 @@ def ablate(run: str, zero=("qk",), checkpoint: str = "best", split: str = "test"
     return train.evaluate_split(eval_step, objective, p, task.splits[split], config[phase], rng,
                                 NamedSharding(mesh, P("data")))
 
-  return {"run": os.path.abspath(run), "checkpoint": params_dir, "split": split,
-          "metrics": evaluate(params),
-          "ablations": {entry: {"paths": paths,
-                                "metrics": evaluate(zeroed(params, paths))}
+  return {"metrics": evaluate(params),
+          "ablations": {entry: {"paths": paths, "metrics": evaluate(zeroed(params, paths))}
                         for entry, paths in edits.items()}}
 
 
