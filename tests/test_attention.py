@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -123,6 +124,29 @@ def test_one_block_backward_reuses_the_forwards_probabilities(monkeypatch):
   scores_bytes = 4 * 2 * 16 * 16 * 4
   assert exps(scores_bytes) == 1
   assert exps(scores_bytes - 1) == 2
+
+
+def _transposed_lhs_dots(hlo: str) -> list[str]:
+  """Batched dots ([B, H, ...] tiles) of a compiled program that contract their lhs on an axis other
+  than its last: XLA:CPU runs those outside YNNPACK."""
+  return [line for line in re.findall(r" dot\([^\n]*", hlo)
+          if "lhs_batch_dims={0,1}" in line and "lhs_contracting_dims={3}" not in line]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="what XLA:CPU hands to YNNPACK")
+def test_one_block_backward_multiplies_row_major_tiles(monkeypatch):
+  """What keeps the kept-probabilities backward fast on CPU: dVᵀ = (dO/l)ᵀ·e takes dOᵀ as a
+  transposed copy rather than as a transposed operand folded into the product."""
+  q, k, v, cot, mask = _inputs(64, heads=4, dim=16)
+
+  def hlo():
+    fn = lambda q, k, v: attention.blockwise_attention(q, k, v, mask, block_size=64)[0]
+    grad = jax.jit(lambda q, k, v: jax.vjp(fn, q, k, v)[1](cot))
+    return grad.lower(q, k, v).compile().as_text()
+  assert not _transposed_lhs_dots(hlo())
+  # The check itself must see the folded product when nothing stops XLA from folding it.
+  monkeypatch.setattr(jax.lax, "optimization_barrier", lambda x: x)
+  assert _transposed_lhs_dots(hlo())
 
 
 def test_cpu_blockwise_steps_through_the_batch_while_a_sequence_fits_the_cache():

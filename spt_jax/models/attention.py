@@ -402,7 +402,11 @@ def _one_block_bwd(residuals, d_out):
   inv_l = 1.0 / l
   delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32)) * inv_l
   do = _blocks(d_out.astype(jnp.float32), 1)[0] * inv_l[..., None]  # [B, H, L, D]
-  dv_t = f32("bhdq,bhqk->bhdk", do.swapaxes(-1, -2).astype(v.dtype), e.astype(v.dtype))
+  # The barrier keeps dOᵀ a transposed copy: XLA would otherwise fold the transpose into the
+  # product, whose transposed operand XLA:CPU then multiplies outside YNNPACK (head-major tiles,
+  # benchmarks/README.md).
+  do_t = jax.lax.optimization_barrier(do.swapaxes(-1, -2).astype(v.dtype))
+  dv_t = f32("bhdq,bhqk->bhdk", do_t, e.astype(v.dtype))
   dp = f32("bhqd,bhdk->bhqk", do.astype(v.dtype), _blocks(v, 1, transposed=True)[0])
   ds = jnp.where(key_mask[:, None, None, :], e * (dp - delta[..., None]), 0.0)
   dk_t = f32("bhdq,bhqk->bhdk", _blocks(q, 1, transposed=True)[0], ds.astype(q.dtype))
