@@ -61,6 +61,10 @@ def draw(workdir: str, path: str) -> dict:
       ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values,
                  color="black", s=14, zorder=3)
     ax.axhline(100 * CHANCE[task], color="grey", linestyle="--", linewidth=0.8)
+    if not names:  # the task's runs have started but none has finished
+      ax.set_ylim(0, 100)
+      ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", va="center",
+              color="grey")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([f"{n}\n({len(data[task][n])} seeds)" for n in names], rotation=45,
                        ha="right", fontsize=7)
