@@ -4,8 +4,11 @@
 # every session's hours go where the answers are.
 #   pass 1  seeds 0-2: (a) SPT vs scratch vs compute-matched scratch, (b) scratch with built-in
 #           proximity biases; Pathfinder, then ListOps
-#   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention
+#   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
+#           Pathfinder, then ListOps
 #   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for all stages
+# A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
+# stage's last run.
 # Re-running it resumes: finished runs are skipped, killed ones resume from their last checkpoint.
 # Finished runs are also kept as records in docs/results/lra_plateau/records (scripts/run_records.py;
 # RECORDS=dir to keep them elsewhere; commit them): a lost workdir is restored from them first, so only unfinished runs are redone.
@@ -29,12 +32,16 @@ sweep() {  # task stage [seeds]
   return "$status"
 }
 
-for task in pathfinder listops; do
-  for stage in a b; do sweep "$task" "$stage" "$FIRST_SEEDS"; done
-done
-for task in pathfinder listops; do sweep "$task" c "$FIRST_SEEDS"; done
-sweep pathfinder d "$FIRST_SEEDS"
-for task in pathfinder listops; do
-  for stage in a b c; do sweep "$task" "$stage"; done
-done
-sweep pathfinder d
+# Several stages of a task go through one queue ('a+b'), so that no core idles while the other
+# finishes a stage's last run; the stages' own tables follow (their runs found finished).
+stages() {  # task stages seeds
+  sweep "$1" "$2" "${3:-}"
+  [[ "$2" == *+* ]] && for stage in ${2//+/ }; do sweep "$1" "$stage" "${3:-}"; done
+  return 0
+}
+
+for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
+stages pathfinder c+d "$FIRST_SEEDS"
+stages listops c "$FIRST_SEEDS"
+stages pathfinder a+b+c+d
+stages listops a+b+c

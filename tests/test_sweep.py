@@ -271,3 +271,16 @@ def test_init_scale_sweeps_load_and_pathfinder_shares_the_plateau_studys_spt_run
     assert sw.base == plateau.base
   with pytest.raises(ValueError, match="takes 'task\\[,variant\\]'"):
     config_lib.load_config("configs/sweeps/init_scales.py:cpu")
+
+
+def test_plateau_study_stages_share_one_queue():
+  """'task,a+b': both stages' runs in one sweep, a's first, a run the stages share listed once with
+  its one spec (the same run directory)."""
+  runs = lambda arg: [sweep.parse_run(r) for r in sweep.check_sweep(
+      config_lib.load_config(f"configs/sweeps/lra_plateau.py:{arg}")).runs]
+  a, b, both = runs("listops,a"), runs("listops,b"), runs("listops,a+b")
+  assert both == a + [r for r in b if r[0] not in dict(a)]
+  assert [name for name, _ in both].count("scratch") == 1
+  assert config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,c+d").output == "c+d"
+  with pytest.raises(ValueError, match="joined by '\\+'"):
+    config_lib.load_config("configs/sweeps/lra_plateau.py:listops,a+e")

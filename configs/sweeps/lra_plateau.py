@@ -5,6 +5,9 @@ configs/<task>_{spt,scratch}.py, the models and data of the fixed-budget study u
   python -m spt_jax.sweep --config=configs/sweeps/lra_plateau.py:pathfinder,a \
       --workdir=~/spt_runs/lra_plateau/pathfinder --processes=2
   (stages a, b, c, d in that order; the same for listops)
+  'pathfinder,a+b': both stages' runs in one queue, a's first, so that no core waits for the last
+  run of a to finish before b's start; the stages' own tables come from 'pathfinder,a' and
+  'pathfinder,b' afterwards, which find their runs finished.
 
 Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a task share runs):
   a  SPT vs from scratch vs compute-matched scratch (from scratch, fine-tuned for as many training
@@ -82,12 +85,27 @@ def _stages(task: str) -> dict:
   }
 
 
+def _union(task: str, stages: list[str]) -> dict:
+  """Several stages' runs as one sweep, in stage order, each run once: a run that two stages share
+  (e.g. `scratch`) is the same run directory, so it must be the same spec."""
+  runs = {}
+  for stage in stages:
+    for spec in _stages(task)[stage]["runs"]:
+      name = spec.partition(":")[0]
+      if runs.setdefault(name, spec) != spec:
+        raise ValueError(f"stages {'+'.join(stages)} of {task} give run {name!r} two specs.")
+  return dict(runs=list(runs.values()),
+              title=f"{task} (cpu, plateau budgets): stages {', '.join(stages)} in one queue")
+
+
 def get_config(arg=None):
   task, _, stage = (arg or "").partition(",")
-  if task not in TASKS or stage not in _stages(task):
+  stages = stage.split("+")
+  if task not in TASKS or not all(s in _stages(task) for s in stages):
     raise ValueError(f"configs/sweeps/lra_plateau.py takes 'task,stage' with task in {TASKS} and "
-                     f"stage in {tuple(_stages('listops'))}, got {arg!r}.")
-  s = _stages(task)[stage]
+                     f"stage in {tuple(_stages('listops'))} or several joined by '+' (e.g. 'a+b'), "
+                     f"got {arg!r}.")
+  s = _stages(task)[stage] if len(stages) == 1 else _union(task, stages)
   return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
                       title=s["title"], output=stage, steps_to=STEPS_TO[task],
                       metrics=("finetune.test_of_best.accuracy", "finetune.best_val.accuracy",
