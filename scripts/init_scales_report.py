@@ -19,10 +19,17 @@ diagonal networks to Transformers"): per arm, mean ± std over the seeds of
 
 Writes `<out>/table.md`, `<out>/rows.json` and `<out>/summary.png`; an arm's seeds that have not
 finished are left out, and the table says how many each arm has.
+
+With `--handoff` it reads only the `spt` arm's hand-off and applies each arm's init-scale settings
+to it (`spt_jax.init_from.apply_scales`, what the arm's fine-tuning would start from): the band
+mass, mean distance and PR at the hand-off of every arm before any of its runs exists, so that a
+prediction can rest on them (`<out>/handoff.md`, `<out>/handoff.json`). γ_FT re-draws only the
+readout, which neither column sees, so the γ arms are left out.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -31,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from spt_jax import checkpoints, config_lib, sweep, train  # noqa: E402
+from spt_jax import checkpoints, config_lib, init_from, sweep, train  # noqa: E402
 from spt_jax.analysis import attention, plots, read_phase_config, representations  # noqa: E402
 from spt_jax.data import tasks  # noqa: E402
 from spt_jax.data.vocab import PAD_ID  # noqa: E402
@@ -124,6 +131,58 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
   return rows
 
 
+HANDOFF_COLUMNS = ("band_mass", "mean_distance", "pr_loaded")
+
+
+def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
+  """Each non-γ arm's hand-off, made from the `spt` arm's of the same seed by the arm's own
+  `finetune.init_from` settings; per arm mean ± std over the seeds whose `spt` run has finished."""
+  arms = {}
+  for spec in sw.runs:
+    name, overrides = sweep.parse_run(spec)
+    scales = {k: v for k, v in overrides.items() if k.startswith("finetune.init_from.")}
+    if name == "spt" or (scales and "finetune.init_from.gamma_ft" not in scales):
+      arms[name] = scales
+  per_arm = {arm: [] for arm in arms}
+  for seed in sw.seeds:
+    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
+    if not os.path.exists(os.path.join(reference, "config.json")):
+      continue
+    phase = Phase(reference)
+    config, _ = read_phase_config(reference)
+    loaded = phase.params(reference, "init")
+    # Today's init_from fields, the run's values where it has them (a run from before a field
+    # existed ran with its default).
+    fields = config_lib.phase_config("classification").init_from
+    for key, value in config.finetune.init_from.items():
+      fields[key] = tuple(value) if isinstance(value, list) else value
+    for arm, scales in arms.items():
+      arm_fields = copy.deepcopy(fields)
+      sweep.apply_overrides(arm_fields, {k.removeprefix("finetune.init_from."): v
+                                         for k, v in scales.items()})
+      params, _ = init_from.apply_scales(loaded, arm_fields, None, phase="finetune")
+      per_arm[arm].append({**phase.proximity(params),
+                           "pr_loaded": representations.participation_ratio(
+                               phase.features(params))})
+  rows = [{"arm": arm, "seeds": len(seeds),
+           **{k: (float(np.mean([s[k] for s in seeds])), float(np.std([s[k] for s in seeds])))
+              for k in HANDOFF_COLUMNS}}
+          for arm, seeds in per_arm.items() if seeds]
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "handoff.json"), "w") as f:
+    json.dump(rows, f, indent=2)
+  lines = [f"# {sw.title}: the hand-off of each arm, before fine-tuning", "",
+           f"`python scripts/init_scales_report.py --sweep={source} --handoff ...`; each arm's "
+           f"init-scale settings applied to the `spt` arm's hand-off; mean ± std over seeds "
+           f"{tuple(sw.seeds)}. Proximity: the loaded attention, layer 0.", "",
+           "| arm | seeds | band mass | mean distance | PR loaded |", "|---|---|---|---|---|"]
+  lines += [f"| {r['arm']} | {r['seeds']} | {_pm(r['band_mass'], digits=3)} | "
+            f"{_pm(r['mean_distance'])} | {_pm(r['pr_loaded'])} |" for r in rows]
+  with open(os.path.join(out, "handoff.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return rows
+
+
 def _pm(pair, scale=1.0, digits=2):
   return f"{scale * pair[0]:.{digits}f} ± {scale * pair[1]:.{digits}f}"
 
@@ -175,7 +234,16 @@ def main(argv=None) -> None:
   parser.add_argument("--sweep", required=True, help="configs/sweeps/init_scales.py:<task>[,data]")
   parser.add_argument("--workdir", required=True)
   parser.add_argument("--out", required=True)
+  parser.add_argument("--handoff", action="store_true",
+                      help="only each arm's hand-off, made from the spt arm's (no arm run needed)")
   args = parser.parse_args(argv)
+  if args.handoff:
+    rows = handoff(config_lib.load_config(args.sweep), os.path.expanduser(args.workdir), args.out,
+                   args.sweep)
+    print(open(os.path.join(args.out, "handoff.md")).read())
+    if not rows:
+      raise SystemExit(f"{args.workdir}: no finished spt run of {args.sweep} yet.")
+    return
   rows = report(config_lib.load_config(args.sweep), os.path.expanduser(args.workdir), args.out,
                 args.sweep)
   print(open(os.path.join(args.out, "table.md")).read())

@@ -20,7 +20,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "attention": (rf"{_LAYER}/attention/.*",),
     "mlp": (rf"{_LAYER}/mlp/.*",),
     "norms": (rf"{_LAYER}/norm_(attention|mlp)/.*", r"encoder/final_norm/.*"),
-    "embeddings": (r"encoder/(token_embedding/.*|position_embedding)",),
+    # The input layer: token (and learned position) embeddings, or the projection of pixels.
+    "embeddings": (r"encoder/(token_embedding/.*|position_embedding|input_projection/.*)",),
     "encoder": (r"encoder/.*",),
     "all_but_heads": (r"encoder/.*",),                              # everything except mlm_head/classifier
     "heads": (r"(mlm_head|classifier|pretrain_heads)/.*",),

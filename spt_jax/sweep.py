@@ -126,8 +126,10 @@ def apply_overrides(config, overrides: dict) -> None:
       node = node[p]
     if last not in node:
       raise KeyError(f"Sweep override {key}={value!r}: the config has no field {key!r}.")
-    if isinstance(node[last], tuple) and isinstance(value, str):
-      value = (value,)  # As on the command line: a bare string is a one-entry pattern list.
+    if isinstance(node[last], (tuple, list)) and isinstance(value, str):
+      # As on the command line: a bare string is a one-entry pattern list (a list where the config
+      # was read back from JSON).
+      value = type(node[last])((value,))
     node[last] = value
 
 

@@ -161,6 +161,21 @@ def test_relative_scale_moves_scale_between_layer_groups_at_a_fixed_sum_of_squar
     init_from.apply_scales(params, cfg, None, phase="finetune")
 
 
+def test_the_embeddings_preset_is_the_input_layer_of_token_and_pixel_models():
+  """A pixel model's input layer is its projection; without it a Pathfinder run's
+  relative_scale_later=('mlp', 'embeddings') would match nothing and refuse to start."""
+  from spt_jax import param_groups
+  leaf = np.zeros(1)
+  tokens = {"encoder": {"token_embedding": {"embedding": leaf}, "position_embedding": leaf,
+                        "layer_0": {"mlp": {"dense_0": {"kernel": leaf}}}}}
+  pixels = {"encoder": {"input_projection": {"kernel": leaf, "bias": leaf},
+                        "layer_0": {"mlp": {"dense_0": {"kernel": leaf}}}}}
+  assert param_groups.resolve("embeddings", tokens, what="t") == [
+      "encoder/position_embedding", "encoder/token_embedding/embedding"]
+  assert param_groups.resolve("embeddings", pixels, what="p") == [
+      "encoder/input_projection/bias", "encoder/input_projection/kernel"]
+
+
 @pytest.mark.parametrize("value", [-1.5, 1.01])
 def test_a_relative_scale_outside_minus_one_to_one_is_refused_with_the_config_checks(value):
   from spt_jax import config_lib

@@ -63,6 +63,21 @@ def _init_scales_report(workdir):
   assert 0 < spt["ensd"] <= (spt["pr_loaded"] * spt["pr_tuned"]) ** 0.5 + 1e-6  # Cauchy-Schwarz
   assert "| from_spt | 1 |" in (out / "table.md").read_text()
   assert (out / "summary.png").stat().st_size > 0
+  # --handoff: the arms' hand-offs made from spt's, before any of their runs exists. Its spt row
+  # is the finished run's; a γ arm (readout only) is left out, a rescaled arm is in.
+  unrun = config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=(0,), title="tiny", runs=[
+          f"spt: {TINY}",
+          "gamma: phases=finetune finetune.init_from.gamma_ft=0.1",
+          "half: phases=finetune finetune.init_from.rescale=0.5 "
+          "finetune.init_from.rescale_paths=encoder finetune.init_from.relative_scale=0.5"])
+  handoff = {r["arm"]: r for r in _load_script("init_scales_report").handoff(
+      unrun, str(workdir), str(out), "tiny")}
+  assert set(handoff) == {"spt", "half"}
+  for key in ("band_mass", "mean_distance", "pr_loaded"):
+    assert handoff["spt"][key][0] == pytest.approx(rows["spt"][key][0], rel=1e-6), key
+  assert handoff["half"]["pr_loaded"][0] != pytest.approx(handoff["spt"]["pr_loaded"][0])
+  assert "| half | 1 |" in (out / "handoff.md").read_text()
 
 
 def _records_survive_the_workdir(workdir, rows):
