@@ -6,7 +6,9 @@
 #           proximity biases; Pathfinder, then ListOps
 #   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
 #           Pathfinder, then ListOps
-#   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for all stages
+#   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for stages a-d
+#   pass 4  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
+#           plateau could change
 # A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
 # stage's last run.
 # Re-running it resumes: finished runs are skipped, killed ones resume from their last checkpoint.
@@ -45,3 +47,5 @@ stages pathfinder c+d "$FIRST_SEEDS"
 stages listops c "$FIRST_SEEDS"
 stages pathfinder a+b+c+d
 stages listops a+b+c
+stages pathfinder e "$FIRST_SEEDS"
+stages listops e "$FIRST_SEEDS"

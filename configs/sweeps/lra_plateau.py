@@ -21,6 +21,8 @@ Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a
      encoding (scratch_nopos), the control for what absolute positions alone give scratch
   c  SPT with the same position options
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
+  e  the fixed-budget verdicts the plateau could change (docs/lra_cpu.md's claims table): one
+     layer, SPT vs scratch; SPT on the other data of the same kind (config.pretrain_data)
 Seeds: 3 on ListOps, 5 on Pathfinder (one in three SPT seeds stayed at chance at 1,500 steps).
 
 Budgets (every value here, for both arms alike; nothing was searched for either):
@@ -82,6 +84,11 @@ def _stages(task: str) -> dict:
                       f"scratch: {scratch}",
                       f"scratch_frozen_attention: {scratch} finetune.freeze=attention"],
                 title=f"{task} (cpu, plateau budgets): loaded and frozen attention"),
+      "e": dict(runs=[f"spt: {spt}", f"scratch: {scratch}",
+                      f"spt_1L: {spt} model.num_layers=1",
+                      f"scratch_1L: {scratch} model.num_layers=1",
+                      f"spt_other_data: {spt} pretrain.data=pretrain_data"],
+                title=f"{task} (cpu, plateau budgets): one layer, and SPT on other data"),
   }
 
 
