@@ -298,4 +298,4 @@ def test_plateau_study_stages_share_one_queue():
   assert [name for name, _ in both].count("scratch") == 1
   assert config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,c+d").output == "c+d"
   with pytest.raises(ValueError, match="joined by '\\+'"):
-    config_lib.load_config("configs/sweeps/lra_plateau.py:listops,a+e")
+    config_lib.load_config("configs/sweeps/lra_plateau.py:listops,a+z")
