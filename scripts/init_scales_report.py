@@ -132,16 +132,23 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
 
 
 HANDOFF_COLUMNS = ("band_mass", "mean_distance", "pr_loaded")
+# The init_from settings that only rescale what the spt arm's hand-off loads.
+SCALE_FIELDS = {"rescale", "rescale_paths", "relative_scale", "relative_scale_earlier",
+                "relative_scale_later"}
 
 
 def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
-  """Each non-γ arm's hand-off, made from the `spt` arm's of the same seed by the arm's own
-  `finetune.init_from` settings; per arm mean ± std over the seeds whose `spt` run has finished."""
+  """The hand-off of `spt` and of each arm that differs from it only by rescaling what it loads,
+  made from the `spt` arm's of the same seed by the arm's own settings; per arm mean ± std over
+  the seeds whose `spt` run has finished. Arms that load otherwise (γ_FT, include/exclude), change
+  the model, or differ only after the hand-off (fine-tuning data, budgets) are left out."""
   arms = {}
   for spec in sw.runs:
     name, overrides = sweep.parse_run(spec)
-    scales = {k: v for k, v in overrides.items() if k.startswith("finetune.init_from.")}
-    if name == "spt" or (scales and "finetune.init_from.gamma_ft" not in scales):
+    scales = {k.removeprefix("finetune.init_from."): v for k, v in overrides.items()
+              if k.startswith("finetune.init_from.") and k != "finetune.init_from.source"}
+    other_model = any(k.startswith("model.") for k in overrides)
+    if name == "spt" or (scales and set(scales) <= SCALE_FIELDS and not other_model):
       arms[name] = scales
   per_arm = {arm: [] for arm in arms}
   for seed in sw.seeds:
@@ -158,8 +165,7 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
       fields[key] = tuple(value) if isinstance(value, list) else value
     for arm, scales in arms.items():
       arm_fields = copy.deepcopy(fields)
-      sweep.apply_overrides(arm_fields, {k.removeprefix("finetune.init_from."): v
-                                         for k, v in scales.items()})
+      sweep.apply_overrides(arm_fields, scales)
       params, _ = init_from.apply_scales(loaded, arm_fields, None, phase="finetune")
       per_arm[arm].append({**phase.proximity(params),
                            "pr_loaded": representations.participation_ratio(
