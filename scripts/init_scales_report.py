@@ -97,15 +97,20 @@ def seed_row(workdir: str, arm: str, seed: int, phase: Phase, pretrained,
           "steps_to": sweep.steps_to(run, threshold)}
 
 
+def _spt_handoffs(sw, workdir: str):
+  """(seed, the `spt` arm's fine-tuning phase directory, its Phase) for each seed whose `spt` run
+  has reached fine-tuning."""
+  for seed in sw.seeds:
+    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
+    if os.path.exists(os.path.join(reference, "config.json")):
+      yield seed, reference, Phase(reference)
+
+
 def report(sw, workdir: str, out: str, source: str) -> list[dict]:
   """The rows of sweep config `sw` (named `source` in the table) over `workdir`, written to `out`."""
   arms = [sweep.parse_run(r)[0] for r in sw.runs]
   per_arm = {arm: [] for arm in arms}
-  for seed in sw.seeds:
-    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
-    if not os.path.exists(os.path.join(reference, "config.json")):
-      continue
-    phase = Phase(reference)
+  for seed, reference, phase in _spt_handoffs(sw, workdir):
     pretrained = phase.features(phase.params(reference, "init"))
     for arm in arms:
       row = seed_row(workdir, arm, seed, phase, pretrained, sw.steps_to)
@@ -151,11 +156,7 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
     if name == "spt" or (scales and set(scales) <= SCALE_FIELDS and not other_model):
       arms[name] = scales
   per_arm = {arm: [] for arm in arms}
-  for seed in sw.seeds:
-    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
-    if not os.path.exists(os.path.join(reference, "config.json")):
-      continue
-    phase = Phase(reference)
+  for _, reference, phase in _spt_handoffs(sw, workdir):
     config, _ = read_phase_config(reference)
     loaded = phase.params(reference, "init")
     # Today's init_from fields, the run's values where it has them (a run from before a field
