@@ -6,7 +6,9 @@
 #           proximity biases; Pathfinder, then ListOps
 #   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
 #           Pathfinder, then ListOps
-#   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for stages a-d
+#   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for stages a-d; then the
+#           init-scale study on Pathfinder (configs/sweeps/init_scales.py), which fine-tunes this
+#           study's SPT checkpoints
 #   pass 4  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
 #           plateau could change
 # A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
@@ -25,21 +27,22 @@ RECORDS=${RECORDS:-docs/results/lra_plateau/records}
 
 [[ -d "$RECORDS" ]] && python scripts/run_records.py restore --records="$RECORDS" --workdir="$WORKDIR"
 
-sweep() {  # task stage [seeds]
+sweep() {  # config workdir [seeds]
   local extra=() status=0
   [[ -n "${3:-}" ]] && extra=(--config.seeds="$3")
-  python -m spt_jax.sweep --config="configs/sweeps/lra_plateau.py:$1,$2" "${extra[@]}" \
-      --workdir="$WORKDIR/$1" --processes="$PROCESSES" || status=$?
+  python -m spt_jax.sweep --config="$1" "${extra[@]}" --workdir="$2" --processes="$PROCESSES" \
+      || status=$?
   python scripts/run_records.py save --workdir="$WORKDIR" --to="$RECORDS"
   return "$status"
 }
 
 # Several stages of a task go through one queue ('a+b'), so that no core idles while the other
 # finishes a stage's last run; the stages' own tables follow (their runs found finished).
-stages() {  # task stages seeds
-  sweep "$1" "$2" "${3:-}"
-  [[ "$2" == *+* ]] && for stage in ${2//+/ }; do sweep "$1" "$stage" "${3:-}"; done
-  return 0
+stages() {  # task stages [seeds]
+  local stage
+  for stage in "$2" $([[ "$2" == *+* ]] && echo "${2//+/ }"); do
+    sweep "configs/sweeps/lra_plateau.py:$1,$stage" "$WORKDIR/$1" "${3:-}"
+  done
 }
 
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
@@ -47,5 +50,9 @@ stages pathfinder c+d "$FIRST_SEEDS"
 stages listops c "$FIRST_SEEDS"
 stages pathfinder a+b+c+d
 stages listops a+b+c
+# The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
+for variant in pathfinder pathfinder,data; do
+  sweep "configs/sweeps/init_scales.py:$variant" "$WORKDIR/pathfinder"
+done
 stages pathfinder e "$FIRST_SEEDS"
 stages listops e "$FIRST_SEEDS"
