@@ -1,0 +1,41 @@
+"""scripts/lra_plateau_study.sh's order of work, with `python` replaced by a stub that records each
+command: breadth first, a task's stages of one pass in one queue before their tables, records saved
+after every sweep, the init-scale sweeps on the plateau study's Pathfinder workdir."""
+import os
+import stat
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
+  log = tmp_path / "calls"
+  stub = tmp_path / "bin" / "python"
+  stub.parent.mkdir()
+  stub.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+  stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+  workdir = tmp_path / "wd"
+  subprocess.run(["bash", os.path.join(ROOT, "scripts", "lra_plateau_study.sh"), str(workdir)],
+                 check=True, env={**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"})
+  calls = log.read_text().splitlines()
+  sweeps = [c.split("--config=configs/sweeps/")[1].split()[0] for c in calls if "spt_jax.sweep" in c]
+  assert sweeps == [
+      "lra_plateau.py:pathfinder,a+b", "lra_plateau.py:pathfinder,a", "lra_plateau.py:pathfinder,b",
+      "lra_plateau.py:listops,a+b", "lra_plateau.py:listops,a", "lra_plateau.py:listops,b",
+      "lra_plateau.py:pathfinder,c+d", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
+      "lra_plateau.py:listops,c",
+      "lra_plateau.py:pathfinder,a+b+c+d", "lra_plateau.py:pathfinder,a",
+      "lra_plateau.py:pathfinder,b", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
+      "lra_plateau.py:listops,a+b+c", "lra_plateau.py:listops,a", "lra_plateau.py:listops,b",
+      "lra_plateau.py:listops,c",
+      "init_scales.py:pathfinder", "init_scales.py:pathfinder,data",
+      "lra_plateau.py:pathfinder,e", "lra_plateau.py:listops,e"]
+  sweep_calls = [c for c in calls if "spt_jax.sweep" in c]
+  # Passes 1, 2 and 4 run seeds 0-2; pass 3 every seed of the config.
+  assert all("--config.seeds=(0,1,2)" in c for c in sweep_calls[:10] + sweep_calls[-2:])
+  assert not any("--config.seeds" in c for c in sweep_calls[10:21])
+  assert all(f"--workdir={workdir}/pathfinder" in c for c in sweep_calls if "init_scales" in c)
+  # Every sweep is followed by saving the finished runs as records.
+  for i, c in enumerate(calls):
+    if "spt_jax.sweep" in c:
+      assert "run_records.py save" in calls[i + 1], calls[i + 1]
