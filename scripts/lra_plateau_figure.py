@@ -65,6 +65,7 @@ def draw(workdir: str, path: str) -> dict:
       ax.set_ylim(0, 100)
       ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", va="center",
               color="grey")
+    ax.set_xlim(-0.6, max(len(names), 4) - 0.4)  # a bar keeps its width with few arms
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([f"{n}\n({len(data[task][n])} seeds)" for n in names], rotation=45,
                        ha="right", fontsize=7)
