@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The LRA-at-CPU-scale study with plateau budgets (configs/sweeps/lra_plateau.py, docs/lra_cpu.md),
-# breadth first: the decisive stages at three seeds on both tasks before anything else, so that
-# every session's hours go where the answers are.
+# breadth first, in the order of what matters: the decisive stages (a, b) at every seed on
+# both tasks before anything else, so that every session's hours go where the answers are.
 #   pass 1  seeds 0-2: (a) SPT vs scratch vs compute-matched scratch, (b) scratch with built-in
 #           proximity biases; Pathfinder, then ListOps
-#   pass 2  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
-#           Pathfinder, then ListOps
-#   pass 3  every seed of the sweep config (Pathfinder's seeds 3-4) for stages a-d; then the
-#           init-scale study on Pathfinder (configs/sweeps/init_scales.py), which fine-tunes this
-#           study's SPT checkpoints
-#   pass 4  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
+#   pass 2  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b
+#   pass 3  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
+#           Pathfinder, then ListOps; then Pathfinder's seeds 3-4 of c and d
+#   pass 4  the init-scale study on Pathfinder (configs/sweeps/init_scales.py), which fine-tunes
+#           this study's SPT checkpoints
+#   pass 5  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
 #           plateau could change
 # A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
 # stage's last run.
@@ -46,10 +46,10 @@ stages() {  # task stages [seeds]
 }
 
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
+stages pathfinder a+b
 stages pathfinder c+d "$FIRST_SEEDS"
 stages listops c "$FIRST_SEEDS"
-stages pathfinder a+b+c+d
-stages listops a+b+c
+stages pathfinder c+d
 # The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
 for variant in pathfinder pathfinder,data; do
   sweep "configs/sweeps/init_scales.py:$variant" "$WORKDIR/pathfinder"
