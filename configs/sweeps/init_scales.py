@@ -52,7 +52,7 @@ def _lra_plateau():
 def _arms(task: str, variant: str) -> list[str]:
   if task == "pathfinder":  # the plateau study's own SPT run, so its directory is shared
     plateau = _lra_plateau()
-    spt, finetune = f"{plateau.pretrain(task)} {plateau.FINETUNE}", plateau.FINETUNE
+    spt, finetune = f"{plateau.pretrain(task)} {plateau.finetune(task)}", plateau.finetune(task)
   else:
     spt = finetune = SYNTHETIC_FINETUNE
   from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
