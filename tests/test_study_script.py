@@ -23,18 +23,19 @@ def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
       "lra_plateau.py:pathfinder,a+b", "lra_plateau.py:pathfinder,a", "lra_plateau.py:pathfinder,b",
       "lra_plateau.py:listops,a+b", "lra_plateau.py:listops,a", "lra_plateau.py:listops,b",
       "lra_plateau.py:pathfinder,a+b", "lra_plateau.py:pathfinder,a", "lra_plateau.py:pathfinder,b",
+      "init_scales.py:pathfinder", "init_scales.py:pathfinder,data",
       "lra_plateau.py:pathfinder,c+d", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
       "lra_plateau.py:listops,c",
       "lra_plateau.py:pathfinder,c+d", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
-      "init_scales.py:pathfinder", "init_scales.py:pathfinder,data",
       "lra_plateau.py:pathfinder,e", "lra_plateau.py:listops,e"]
   sweep_calls = [c for c in calls if "spt_jax.sweep" in c]
-  # Stages a and b at every seed of the config (Pathfinder's 3-4) before stages c and d at any;
-  # c and d at seeds 0-2 before their seeds 3-4; stage e at seeds 0-2.
+  # Stages a and b at every seed of the config (Pathfinder's 3-4), then the init-scale study, before
+  # stages c and d at any seed; c and d at seeds 0-2 before their seeds 3-4; stage e at seeds 0-2.
   first_seeds = [c for c in sweep_calls if "--config.seeds=(0,1,2)" in c]
   every_seed = [c for c in sweep_calls if "--config.seeds" not in c and "lra_plateau" in c]
   assert len(first_seeds) == 6 + 4 + 2 and len(every_seed) == 3 + 3
-  assert sweep_calls.index(every_seed[0]) == 6 and sweep_calls.index(every_seed[3]) == 13
+  assert sweep_calls.index(every_seed[0]) == 6 and sweep_calls.index(every_seed[3]) == 15
+  assert [i for i, c in enumerate(sweep_calls) if "init_scales" in c] == [9, 10]
   assert not any("--config.seeds" in c for c in sweep_calls if "init_scales" in c)
   assert all(f"--workdir={workdir}/pathfinder" in c for c in sweep_calls if "init_scales" in c)
   # Every sweep is followed by saving the finished runs as records.
