@@ -299,3 +299,17 @@ def test_plateau_study_stages_share_one_queue():
   assert config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,c+d").output == "c+d"
   with pytest.raises(ValueError, match="joined by '\\+'"):
     config_lib.load_config("configs/sweeps/lra_plateau.py:listops,a+z")
+
+
+def test_plateau_study_budgets_per_task():
+  """docs/lra_cpu.md's budget table: ListOps runs both phases to their caps; Pathfinder stops on
+  its plateau rules except the arms that run their whole budget by design."""
+  for task, pretrain, finetune in (("listops", 0, 0), ("pathfinder", 4, 12)):
+    for name, overrides in (sweep.parse_run(r) for r in sweep.check_sweep(config_lib.load_config(
+        f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e" if task == "pathfinder"
+        else f"configs/sweeps/lra_plateau.py:{task},a+b+c+e")).runs):
+      whole_budget = name in ("scratch_matched", "scratch_alibi_to_cap")
+      assert overrides["finetune.stop_on_plateau.patience"] == (0 if whole_budget else finetune), name
+      assert overrides["finetune.num_steps"] == 10000
+      if "pretrain.num_steps" in overrides:
+        assert overrides["pretrain.stop_on_plateau.patience"] == pretrain, name
