@@ -87,7 +87,9 @@ def main(argv=None) -> None:
   data = draw(os.path.expanduser(args.workdir), args.out)
   for task, values in data.items():
     for arm, accs in values.items():
-      print(f"{task:10s} {arm:26s} {100 * np.mean(accs):5.1f} ± {100 * np.std(accs):4.1f}% "
+      # ± the sample standard deviation over seeds, as docs/lra_cpu.md's plateau tables give it.
+      std = np.std(accs, ddof=1) if len(accs) > 1 else 0.0
+      print(f"{task:10s} {arm:26s} {100 * np.mean(accs):5.1f} ± {100 * std:4.1f}% "
             f"({len(accs)} seeds: {', '.join(f'{100 * a:.1f}' for a in accs)})")
   print(f"Written to {args.out}.")
 
