@@ -33,9 +33,15 @@ flags.DEFINE_string("cores", "", "CPU cores this run may use, e.g. '0', '0,1' or
                     "process is confined to them and XLA sizes its thread pools to match, so that "
                     "runs sharing a machine each keep cores of their own ('': all; the sweep "
                     "runner gives each of its processes a disjoint set). A run is bit-identical "
-                    "for the same number of cores; another number changes float32 rounding "
-                    "(XLA:CPU splits some operations by its thread count), so resume a run with "
-                    "the count it started with.")
+                    "for the same number of XLA threads (--cpu_threads, by default one per core "
+                    "here); another number changes float32 rounding (XLA:CPU splits some "
+                    "operations by its thread count), so resume a run with the count it started "
+                    "with.")
+flags.DEFINE_integer("cpu_threads", 0, "XLA:CPU's thread pool size in each process (0: one per core "
+                     "it may use, after --cores). Float32 results depend on this number, not on the "
+                     "cores: a run confined to one core with --cpu_threads=2 is bit-identical to an "
+                     "unconfined one on 2 cores (what the sweep runner gives its runs by default), "
+                     "and slower than with one thread (benchmarks/README.md).")
 flags.DEFINE_string("wandb_project", "", "Also log every metric to this Weights & Biases project "
                     "(pip install -e '.[wandb]'; process 0 only, one W&B run per phase, resumed "
                     "with the phase). '': metrics.jsonl and TensorBoard only.")
@@ -76,7 +82,8 @@ def main(argv):
   # Before anything touches a device: the backend is created once, and one created before joining
   # the multi-process job would only ever see this process's devices.
   platform.configure_process(flags.FLAGS.config, flags.FLAGS.cpu_devices,
-                             flags.FLAGS.retain_freed_memory, cores=flags.FLAGS.cores)
+                             flags.FLAGS.retain_freed_memory, cores=flags.FLAGS.cores,
+                             cpu_threads=flags.FLAGS.cpu_threads)
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)

@@ -3,16 +3,19 @@ r"""Throughput of concurrent sweep runs with and without each placed on cores of
   python benchmarks/sweep_placement.py                       # ListOps cpu fine-tuning, ~12 min
   python benchmarks/sweep_placement.py --config=configs/pathfinder_scratch.py:cpu --steps=300
 
-Runs the same short from-scratch study run (`--config`, `--steps` fine-tuning steps) four ways, one
+Runs the same short from-scratch study run (`--config`, `--steps` fine-tuning steps) five ways, one
 after the other, through main.py as the sweep runner starts it:
   alone            seed 0, one process on the idle machine, all cores
   alone, 1 core    seed 0, one process confined to one core (main.py --cores)
   2 concurrent, unpinned  the sweep runner, --processes=2 --nopin_cores, seeds 0 and 1
-  2 concurrent, pinned    the sweep runner, --processes=2 (its default placement), seeds 0 and 1
+  2 concurrent, pinned    the sweep runner, --processes=2 (its default: each run on a core of its
+                          own with as many XLA threads as an unconfined run, --run_threads=all)
+  2 concurrent, pinned, slot threads   the same with --run_threads=slot (one thread per core)
 and reports each process's training throughput (results.json's steps_per_sec: training steps only,
 without compilation, evaluation and checkpoints) and whether the runs' final parameters and test
 metrics are bit-identical across placements (else by how much they differ): XLA:CPU's results
-depend on its thread count, which a process's cores set, so runs with as many cores agree. Out: `<out>/sweep_placement.json` and `.md`.
+depend on its thread count (main.py --cpu_threads, by default one per core), so runs with as many
+threads agree whatever their cores. Out: `<out>/sweep_placement.json` and `.md`.
 """
 from __future__ import annotations
 
@@ -80,22 +83,26 @@ def main(argv=None) -> dict:
 
   run_alone("alone", None)
   run_alone("alone_1core", (max(os.sched_getaffinity(0)),))
-  for name, pin in (("concurrent_unpinned", False), ("concurrent_pinned", True)):
+  for name, pin, threads in (("concurrent_unpinned", False, "all"),
+                             ("concurrent_pinned", True, "all"),
+                             ("concurrent_pinned_slot_threads", True, "slot")):
     cfg = config_lib.sweep_config(base=args.config, seeds=(0, 1), title=name, output="table",
                                   metrics=("finetune.test_of_best.accuracy",),
                                   runs=[f"run: {overrides}"])
-    sweep.run_sweep(cfg, os.path.join(args.workdir, name), processes=2, pin_cores=pin)
+    sweep.run_sweep(cfg, os.path.join(args.workdir, name), processes=2, pin_cores=pin,
+                    run_threads=threads)
     rows[name] = [throughput(os.path.join(args.workdir, name, "run", f"seed_{s}"), tokens_per_step)
                   for s in (0, 1)]
   run = lambda name, seed=0: (os.path.join(args.workdir, name, f"seed_{seed}") if name.startswith("alone")
                               else os.path.join(args.workdir, name, "run", f"seed_{seed}"))
-  # XLA:CPU splits some operations by its thread pool's size, which pinning sets: runs with as
-  # many threads agree bit for bit, runs with different counts differ by float rounding.
+  # XLA:CPU splits some operations by its thread pool's size: runs with as many threads agree bit
+  # for bit whatever their cores, runs with different counts differ by float rounding.
   identical = {f"seed {s}: pinned vs unpinned": compare(run("concurrent_pinned", s),
                                                         run("concurrent_unpinned", s))
                for s in (0, 1)}
-  identical["seed 0: pinned vs alone on 1 core"] = compare(run("concurrent_pinned"),
-                                                           run("alone_1core"))
+  identical["seed 0: pinned vs alone"] = compare(run("concurrent_pinned"), run("alone"))
+  identical["seed 0: pinned, slot threads vs alone on 1 core"] = compare(
+      run("concurrent_pinned_slot_threads"), run("alone_1core"))
   identical["seed 0: unpinned vs alone"] = compare(run("concurrent_unpinned"), run("alone"))
   identical["seed 0: alone vs alone on 1 core"] = compare(run("alone"), run("alone_1core"))
   alone = rows["alone"][0]["tokens_per_sec"]

@@ -32,8 +32,10 @@ RECORDS=${RECORDS:-docs/results/lra_plateau/records}
 sweep() {  # config workdir [seeds]
   local extra=() status=0
   [[ -n "${3:-}" ]] && extra=(--config.seeds="$3")
+  # One XLA thread per run's core: the study began so, and a run resumes bit-identically only
+  # with the thread count it started with.
   python -m spt_jax.sweep --config="$1" "${extra[@]}" --workdir="$2" --processes="$PROCESSES" \
-      || status=$?
+      --run_threads=slot || status=$?
   python scripts/run_records.py save --workdir="$WORKDIR" --to="$RECORDS"
   return "$status"
 }

@@ -2,7 +2,8 @@
 same on every backend and does not ask which one it runs on.
 
   process   `configure_process` (main.py, once, before anything touches a device): the cores the
-            process may run on (`pin_to_cores`), the host heap that keeps XLA:CPU's step
+            process may run on (`pin_to_cores`), the size of XLA:CPU's thread pool, which sets
+            float32 rounding (`set_cpu_threads`), the host heap that keeps XLA:CPU's step
             temporaries mapped (spt_jax/host_memory.py), and the CPU backend's split into per-core
             devices (an opt-in: `OPT_IN_RISK`); `core_slots`, the sweep runner's placement of
             concurrent runs on disjoint cores.
@@ -37,14 +38,17 @@ from spt_jax import distributed, host_memory
 
 # ---------------------------------------------------------------------------------------- Process
 def configure_process(config, cpu_devices: int, retain_freed_memory: bool,
-                      cores: str = "") -> int:
+                      cores: str = "", cpu_threads: int = 0) -> int:
   """main.py's platform set-up, before anything touches a device: the process confined to `cores`
-  (`parse_cores`; '' leaves it alone), the retained heap if asked and the CPU backend will run
+  (`parse_cores`; '' leaves it alone), XLA:CPU's thread pool of `cpu_threads` threads (0: one per
+  core it may use; `set_cpu_threads`), the retained heap if asked and the CPU backend will run
   (`expects_cpu_backend`; before the backend starts its threads: a thread that has allocated keeps
   its own arena), then `cpu_devices` CPU devices (`split_cpu_into_devices`); returns the device
   count it set (1: left alone)."""
   if cores:
     pin_to_cores(parse_cores(cores))
+  if cpu_threads:
+    set_cpu_threads(cpu_threads)
   if retain_freed_memory and expects_cpu_backend():
     host_memory.retain_freed_memory()
   return split_cpu_into_devices(config, cpu_devices)
@@ -106,6 +110,31 @@ def pin_to_cores(cores) -> None:
     except ProcessLookupError:  # a thread that ended meanwhile
       pass
   logging.info("Confined to core(s) %s.", ",".join(map(str, sorted(cores))))
+
+
+# Read by XLA:CPU once, when the backend starts (pjrt/cpu: the intra-op pool's size; without it, the
+# cores the process may use).
+CPU_THREADS_ENV = "PJRT_NPROC"
+
+
+def set_cpu_threads(threads: int, environ=os.environ) -> None:
+  """Gives XLA:CPU's thread pool `threads` threads, whatever cores the process runs on. Must run
+  before the backend starts. XLA:CPU (its YNNPACK reductions) splits work by the pool's size, not
+  by the cores, so float32 results depend on this number alone: a process confined to one core
+  with 2 threads computes bit for bit what an unconfined one on 2 cores does, at some cost in
+  speed (the threads take turns on the core; benchmarks/README.md, "Sweep processes on their own
+  cores")."""
+  if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+    raise ValueError(f"--cpu_threads={threads!r}: must be a positive number of threads "
+                     "(0 or unset: one per core the process may use).")
+  environ[CPU_THREADS_ENV] = str(threads)
+
+
+def cpu_threads(environ: Mapping[str, str] = os.environ) -> int:
+  """The size of XLA:CPU's thread pool in this process: `set_cpu_threads`'s, else one per core the
+  process may use."""
+  value = environ.get(CPU_THREADS_ENV, "").strip()
+  return int(value) if value.isdigit() and int(value) > 0 else usable_cores()
 
 
 def core_slots(processes: int, cores=None) -> list[tuple[int, ...]]:
@@ -399,9 +428,11 @@ CPU_THREADED_SEQUENCE_CHUNK_MAX_SCORE_BYTES = 1 << 20
 
 
 def cpu_cores_per_device(devices: int | None = None) -> int:
-  """The cores each of `devices` CPU devices (default: this process's local devices) runs on: the
-  cores this process may use, shared out (at least 1). Decides the CPU attention's tiling."""
-  return max(1, usable_cores() // (devices or jax.local_device_count()))
+  """The cores each of `devices` CPU devices (default: this process's local devices) computes
+  with: XLA:CPU's threads (`cpu_threads`: the cores this process may use unless set apart),
+  shared out (at least 1). Decides the CPU attention's tiling, so that, like XLA's own splits, it
+  follows the thread count and not the placement."""
+  return max(1, cpu_threads() // (devices or jax.local_device_count()))
 
 
 # What cuDNN's fused attention (jax.nn.dot_product_attention(implementation='cudnn'), jax 0.10's

@@ -29,9 +29,11 @@ Out: `<workdir>/<output>/table.md`, `table.csv`, `results.json` and `plot.png`; 
 arm's training compute (`train_flops`, all phases, spt_jax/flops.py) where its runs counted it.
 With --processes=N > 1 the runs are N main.py processes at a time, each confined to cores of its own
 (--cores; platform.core_slots: the same number for each), so that N runs on N cores do not fight
-over them; --nopin_cores leaves them unconfined. A run's numbers depend on its core count at
-float32 rounding (XLA:CPU splits some operations by thread count): resume a sweep with the same
---processes and placement to continue its runs bit-identically.
+over them; --nopin_cores leaves them unconfined. A run's numbers depend on XLA:CPU's thread count
+at float32 rounding (it splits some operations by it), not on the cores: by default
+(--run_threads=all) each confined run keeps as many threads as an unconfined one, so a sweep's
+runs are bit-identical whatever --processes and placement ran or resumed them; --run_threads=slot
+gives each run one thread per core of its own, faster, bit-identical only to runs with as many.
 With --backend=slurm each run is a SLURM job instead, submitted through submitit (`pip install -e
 '.[slurm]'`) once the runs it starts from have finished; a job that fails is resubmitted and its run
 resumes from its latest checkpoint, and one that reaches its time limit saves there and is requeued
@@ -158,6 +160,18 @@ def steps_to(run_dir: str, threshold: float, phase: str = "finetune"):
   return None
 
 
+# The XLA:CPU thread pool of a run confined to its cores (main.py --cpu_threads). Float32 results
+# depend on the pool's size, not on the cores (platform.set_cpu_threads).
+RUN_THREADS = {
+    "all": "as many threads as the cores this sweep may use, as an unconfined run has, taking "
+           "turns on the run's own cores: every run is bit-identical to the same run unconfined, "
+           "alone, or resumed with any --processes (the default).",
+    "slot": "one thread per core of the run's slot: somewhat faster (benchmarks/README.md), but a "
+            "run is bit-identical only to runs with as many cores; resume a sweep with the same "
+            "--processes.",
+}
+
+
 def _run_in_process(overrides: dict, seed: int, run_dir: str) -> None:
   from spt_jax import experiment
   config = load_config(overrides["config"])
@@ -166,8 +180,10 @@ def _run_in_process(overrides: dict, seed: int, run_dir: str) -> None:
   experiment.run(config, run_dir)
 
 
-def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None) -> list[str]:
-  """The main.py command line of one run of the sweep, confined to `cores` (None: anywhere)."""
+def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None,
+                 threads: int = 0) -> list[str]:
+  """The main.py command line of one run of the sweep, confined to `cores` (None: anywhere), with
+  an XLA:CPU pool of `threads` threads (0: one per core it runs on)."""
   args = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={overrides['config']}",
           f"--workdir={run_dir}", f"--config.seed={seed}",
           # Several runs share the cores already: per-core devices or processes in each would
@@ -175,6 +191,8 @@ def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None) -> list[s
           "--cpu_devices=1", "--cpu_processes=1"]
   if cores:
     args.append(f"--cores={','.join(map(str, cores))}")
+  if threads:
+    args.append(f"--cpu_threads={threads}")
   for key, value in overrides.items():
     if key != "config":
       text = value if isinstance(value, str) else repr(value)
@@ -183,11 +201,11 @@ def main_py_args(overrides: dict, seed: int, run_dir: str, cores=None) -> list[s
 
 
 def _run_subprocess(overrides: dict, seed: int, run_dir: str, cores=None, on_start=None,
-                    ignored_signals=()) -> None:
-  """main.py on the run, confined to `cores` (None: anywhere), its output appended to the run's
-  log.txt; `on_start(process)` is handed the process once it runs, which ignores
-  `ignored_signals`."""
-  args = main_py_args(overrides, seed, run_dir, cores)
+                    ignored_signals=(), threads: int = 0) -> None:
+  """main.py on the run, confined to `cores` (None: anywhere) with `threads` XLA threads (0: one
+  per core), its output appended to the run's log.txt; `on_start(process)` is handed the process
+  once it runs, which ignores `ignored_signals`."""
+  args = main_py_args(overrides, seed, run_dir, cores, threads)
   workdir_path(run_dir).mkdir(parents=True, exist_ok=True)
   header = f"==== sweep attempt {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(args)}\n"
   run = functools.partial(_main_py, args, on_start, ignored_signals)
@@ -316,7 +334,7 @@ class RunQueue:
 
 
 def _schedule(todo, processes: int, start: float, pin_cores: bool = True,
-              slurm: Slurm | None = None) -> list[str]:
+              slurm: Slurm | None = None, run_threads: str = "all") -> list[str]:
   """Runs `todo`, each run once the runs it starts from have finished, on the one backend asked
   for: a SLURM job per run (`slurm`), else this process (processes 1) or that many main.py
   processes; returns the messages of runs that did not finish."""
@@ -326,7 +344,7 @@ def _schedule(todo, processes: int, start: float, pin_cores: bool = True,
   elif processes <= 1:
     _run_here(queue, start)
   else:
-    _run_as_processes(queue, processes, start, pin_cores)
+    _run_as_processes(queue, processes, start, pin_cores, run_threads)
   return queue.unfinished()
 
 
@@ -337,11 +355,17 @@ def _run_here(queue: RunQueue, start: float) -> None:
     queue.finish(run)
 
 
-def _run_as_processes(queue: RunQueue, processes: int, start: float, pin_cores: bool) -> None:
+def _run_as_processes(queue: RunQueue, processes: int, start: float, pin_cores: bool,
+                      run_threads: str = "all") -> None:
   """That many main.py processes at a time, each confined to cores of its own when `pin_cores`
-  (unconfined, every process sizes its thread pools for the whole machine and they contend)."""
+  (unconfined, every process sizes its thread pools for the whole machine and they contend),
+  with `RUN_THREADS[run_threads]` XLA threads."""
   from spt_jax import platform  # jax: imported once the sweep config has been checked
   slots = platform.core_slots(processes) if pin_cores else [None] * processes
+  if run_threads not in RUN_THREADS:
+    raise ValueError(f"run_threads={run_threads!r}: one of {sorted(RUN_THREADS)}.")
+  # An unconfined run's pool is the whole machine's already.
+  threads = platform.cpu_threads() if pin_cores and run_threads == "all" else 0
   free_slots, running = list(range(processes)), {}
   with concurrent.futures.ThreadPoolExecutor(processes) as pool:
     while True:
@@ -350,7 +374,8 @@ def _run_as_processes(queue: RunQueue, processes: int, start: float, pin_cores: 
         logging.info("Sweep run: %s seed %d%s (%.0f s so far)", run.name, run.seed,
                      f" on core(s) {','.join(map(str, slots[slot]))}" if slots[slot] else "",
                      time.time() - start)
-        future = pool.submit(_run_subprocess, run.overrides, run.seed, run.run_dir, slots[slot])
+        future = pool.submit(_run_subprocess, run.overrides, run.seed, run.run_dir, slots[slot],
+                             threads=threads)
         running[future] = (run, slot)
       if not running:
         return
@@ -506,10 +531,12 @@ def _run_as_slurm_jobs(queue: RunQueue, slurm: Slurm, start: float) -> None:
 
 
 def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep config",
-              pin_cores: bool = True, slurm: Slurm | None = None) -> list[dict]:
+              pin_cores: bool = True, slurm: Slurm | None = None,
+              run_threads: str = "all") -> list[dict]:
   """Runs what is not finished yet, then writes the outputs; source names the config in errors.
   With processes > 1 and `pin_cores`, each run is confined to cores of its own
-  (platform.core_slots); with `slurm`, each run is a SLURM job instead."""
+  (platform.core_slots), with the XLA threads `run_threads` names (RUN_THREADS); with `slurm`,
+  each run is a SLURM job instead."""
   sweep = check_sweep(sweep, source)
   if slurm is not None:  # Before anything is written: a sweep that cannot submit changes nothing.
     require_submitit()
@@ -543,7 +570,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
                len(todo))
   for run in todo:
     check_run_spec(run.run_dir, {"overrides": run.overrides, "seed": run.seed})
-  failures = _schedule(todo, processes, time.time(), pin_cores, slurm)
+  failures = _schedule(todo, processes, time.time(), pin_cores, slurm, run_threads)
   if failures:
     raise RuntimeError(f"{len(failures)} sweep run(s) did not finish:\n  " + "\n  ".join(failures))
   rows = summarise(sweep, runs, workdir)
@@ -656,7 +683,8 @@ def main(argv):
   platform.configure_process(None, cpu_devices=1, retain_freed_memory=True)
   experiment.quiet_orbax_logging()
   rows = run_sweep(sweep, flags.FLAGS.workdir, flags.FLAGS.processes, source,
-                   pin_cores=flags.FLAGS.pin_cores, slurm=slurm)
+                   pin_cores=flags.FLAGS.pin_cores, slurm=slurm,
+                   run_threads=flags.FLAGS.run_threads)
   print((workdir_path(flags.FLAGS.workdir) / sweep.output / "table.md").read_text())
   del rows
 
@@ -688,8 +716,10 @@ def _define_flags():
   flags.DEFINE_integer("processes", 1, "Runs executed at once (separate main.py processes if > 1).")
   flags.DEFINE_bool("pin_cores", True, "With --processes > 1: confine each run to cores of its own "
                     "(main.py --cores), the same number for each, so that concurrent runs do not "
-                    "oversubscribe them. The core count per run changes float32 rounding: resume "
-                    "a sweep with the same --processes and --pin_cores on the same machine kind.")
+                    "oversubscribe them (their thread count: --run_threads).")
+  flags.DEFINE_enum("run_threads", "all", sorted(RUN_THREADS), "With --processes > 1 and "
+                    "--pin_cores: each run's XLA:CPU thread pool. " + " ".join(
+                        f"'{k}': {v}" for k, v in RUN_THREADS.items()))
   flags.DEFINE_enum("backend", "local", ["local", "slurm"], "Where the runs train: 'local', on "
                     "this machine (--processes at a time), or 'slurm', one SLURM job per run "
                     "through submitit (pip install -e '.[slurm]'; the --slurm_* flags).")

@@ -9,6 +9,7 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from conftest import ROOT, load_config, tiny, tiny_flags
 from spt_jax import checkpoints, experiment, platform, tree
@@ -189,6 +190,54 @@ def test_cpu_processes_one_per_core_as_batches_divide(monkeypatch):
   assert platform.cpu_process_count(config, -1, environ={"SPT_JAX_INIT": "1"}) == 1
   monkeypatch.setattr(platform, "expects_cpu_backend", lambda platforms=None: False)
   assert platform.cpu_process_count(config, -1, environ={}) == 1
+
+
+# Column sums of a tall matrix: XLA:CPU hands such reductions to YNNPACK, which splits them over
+# its threads, so their float32 rounding shows the thread count a process computes with.
+_REDUCTIONS = r"""
+import sys
+from spt_jax import platform
+platform.configure_process(None, cpu_devices=1, retain_freed_memory=False, cores=sys.argv[1],
+                           cpu_threads=int(sys.argv[2]))
+import jax, jax.numpy as jnp, numpy as np
+x = jax.random.normal(jax.random.key(0), (16384, 64)) * 100 + 3
+sums = jax.jit(lambda x: (jnp.sum(x, axis=0), jnp.sum(jnp.tanh(x), axis=0)))(x)
+print(np.concatenate([np.asarray(s) for s in sums]).tobytes().hex())
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_the_thread_count_not_the_cores_decides_float32_rounding():
+  """A process confined to one core with as many XLA threads as one on two cores (--cpu_threads,
+  what the sweep runner gives its runs) computes the same bits; with one thread per core
+  (main.py's default) it differs, which is what the first check would miss without the option."""
+  two = sorted(os.sched_getaffinity(0))[:2]
+  env = {k: v for k, v in os.environ.items() if k != platform.CPU_THREADS_ENV}
+
+  def sums(cores, threads=0):
+    out = subprocess.run([sys.executable, "-c", _REDUCTIONS, cores, str(threads)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()[-1]
+
+  on_two_cores = sums(f"{two[0]},{two[1]}")
+  assert sums(f"{two[1]}", threads=2) == on_two_cores
+  assert sums(f"{two[1]}") != on_two_cores
+
+
+def test_cpu_threads_are_set_apart_from_the_cores(monkeypatch):
+  monkeypatch.setattr(platform, "usable_cores", lambda: 1)
+  assert platform.cpu_threads({}) == 1
+  assert platform.cpu_threads({platform.CPU_THREADS_ENV: "4"}) == 4
+  environ = {}
+  platform.set_cpu_threads(2, environ)
+  assert environ == {platform.CPU_THREADS_ENV: "2"}
+  # The attention's tiling follows the threads too, so a confined run tiles as an unconfined one.
+  monkeypatch.setenv(platform.CPU_THREADS_ENV, "2")
+  assert platform.cpu_cores_per_device(devices=1) == 2
+  for bad in (0, -1, 1.5, True):
+    with pytest.raises(ValueError, match="--cpu_threads"):
+      platform.set_cpu_threads(bad, {})
 
 
 _FLAT_STEP_CHECK = r"""

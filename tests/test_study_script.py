@@ -38,6 +38,8 @@ def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
   assert [i for i, c in enumerate(sweep_calls) if "init_scales" in c] == [9, 10]
   assert not any("--config.seeds" in c for c in sweep_calls if "init_scales" in c)
   assert all(f"--workdir={workdir}/pathfinder" in c for c in sweep_calls if "init_scales" in c)
+  # The study's runs keep the one XLA thread per core they started with.
+  assert all("--run_threads=slot" in c for c in sweep_calls)
   # Every sweep is followed by saving the finished runs as records.
   for i, c in enumerate(calls):
     if "spt_jax.sweep" in c:

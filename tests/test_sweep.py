@@ -160,7 +160,7 @@ def test_sweep_cli_without_runs_names_the_field_and_the_file(tmp_path):
 def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkeypatch):
   events = []
 
-  def fake_run(overrides, seed, run_dir, cores=None):
+  def fake_run(overrides, seed, run_dir, cores=None, threads=0):
     name = os.path.basename(os.path.dirname(run_dir))
     events.append(("start", name, seed))
     if name == "broken":
@@ -231,13 +231,18 @@ def test_sweep_curves_read_only_validation_records_and_draw_every_run(tmp_path):
                                                                                       20: 0.7}
 
 
-def test_concurrent_runs_are_placed_on_disjoint_cores(tmp_path, monkeypatch):
+@pytest.mark.parametrize("run_threads, threads", [("all", 4), ("slot", 0)])
+def test_concurrent_runs_are_placed_on_disjoint_cores(tmp_path, monkeypatch, run_threads, threads):
+  """Each on cores of its own, by default with an unconfined run's XLA thread count (the 4 cores
+  the sweep may use), so that its float32 rounding is an unconfined run's; with 'slot', with as
+  many threads as its cores (main.py's default)."""
   import threading
   lock, running, seen = threading.Lock(), {}, []
 
-  def fake_run(overrides, seed, run_dir, cores=None):
+  def fake_run(overrides, seed, run_dir, cores=None, threads=0):
     with lock:
       assert cores, "a concurrent run was started without cores of its own"
+      assert threads == expected_threads, threads
       for other in running.values():
         assert not set(cores) & set(other), (cores, other)
       running[run_dir] = cores
@@ -249,11 +254,13 @@ def test_concurrent_runs_are_placed_on_disjoint_cores(tmp_path, monkeypatch):
     with lock:
       del running[run_dir]
 
+  expected_threads = threads
   monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
   monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+  monkeypatch.delenv("PJRT_NPROC", raising=False)
   sweep_cfg = config_lib.sweep_config(base="configs/synthetic_scratch.py:smoke", seeds=(0, 1, 2),
                                       title="t", metrics=("finetune.steps",), runs=["a:", "b:"])
-  sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2)
+  sweep.run_sweep(sweep_cfg, str(tmp_path), processes=2, run_threads=run_threads)
   assert sorted(set(seen)) == [(0, 1), (2, 3)] and len(seen) == 6
 
 

@@ -80,7 +80,7 @@ class Requeued(Exception):
 def test_the_time_limit_signal_stops_main_py_cleanly_and_requeues_the_same_run(tmp_path,
                                                                                monkeypatch):
   monkeypatch.setattr(sweep, "main_py_args",
-                      lambda overrides, seed, run_dir, cores=None: [sys.executable, "-c",
+                      lambda overrides, seed, run_dir, cores=None, threads=0: [sys.executable, "-c",
                                                                    STAND_IN, run_dir])
   run = sweep.SubmittedRun({"config": "c.py"}, 3, str(tmp_path))
   requeues = []
