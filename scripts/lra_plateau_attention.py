@@ -24,6 +24,12 @@ best fine-tuning checkpoint's attention, every layer and head, on the first vali
 Sinusoidal SPT's proximity is two-dimensional (peaks at the pixel below as well as the one to the
 right), which a 1D band understates; ALiBi's and RoPE's 1D biases cannot express it. Writes
 `<out>/table.md` and `<out>/rows.json`.
+
+Each run's row is kept in its fine-tuning directory (`attention_proximity.json`, with the best
+step it was measured at), which scripts/run_records.py saves: the checkpoints it is read from are
+not in the records, so a run restored from them is tabulated from its kept row, and a run with
+neither (finished before rows were kept, its workdir since lost) is left out with a warning.
+scripts/lra_plateau_study.sh writes the rows after every sweep, while the checkpoints exist.
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ from spt_jax.data.vocab import PAD_ID  # noqa: E402
 
 EXAMPLES = 32
 METRICS = ("band_1d", "diag_1d", "band_2d", "diag_2d")
+ROW_FILE = "attention_proximity.json"  # in a run's fine-tuning directory
 
 
 def proximity(model, params, tokens, mask, grid: int) -> dict[str, float]:
@@ -67,11 +74,33 @@ def proximity(model, params, tokens, mask, grid: int) -> dict[str, float]:
 
 
 def run_row(run: str) -> dict | None:
-  """One finished run's metrics (None while it has not finished fine-tuning)."""
+  """One finished run's metrics, measured once and kept in ROW_FILE (None while it has not
+  finished fine-tuning, or where neither its checkpoints nor a kept row are left)."""
   results_path = os.path.join(run, "results.json")
   if not os.path.exists(results_path) or "finetune" not in json.load(open(results_path)):
     return None
   finetune = os.path.join(run, "finetune")
+  kept_path = os.path.join(finetune, ROW_FILE)
+  kept = json.load(open(kept_path)) if os.path.exists(kept_path) else None
+  if not os.path.isdir(os.path.join(finetune, "checkpoints")):  # restored from records
+    if kept is None:
+      print(f"warning: {run} has no fine-tuning checkpoints and no kept {ROW_FILE}: left out",
+            file=sys.stderr)
+    return kept and kept["row"]
+  best_dir = checkpoints.resolve_params_dir(finetune, "best")
+  best_step = int(os.path.basename(os.path.dirname(best_dir)))
+  if kept is not None and kept["best_step"] == best_step:
+    return kept["row"]
+  row = measure(run, finetune)
+  with open(kept_path, "w") as f:
+    json.dump({"best_step": best_step, "row": row}, f, indent=1)
+  return row
+
+
+def measure(run: str, finetune: str) -> dict:
+  """The row of `run` from its checkpoints: the best fine-tuning one and, where the run loaded
+  parameters, the ones it started from."""
+  results_path = os.path.join(run, "results.json")
   config, phase = read_phase_config(finetune)
   task = tasks.load(config[config[phase].get("data") or "data"])
   model = train.make_objective(config, phase, task).attention_model

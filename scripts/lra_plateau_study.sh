@@ -36,6 +36,10 @@ sweep() {  # config workdir [seeds]
   # with the thread count it started with.
   python -m spt_jax.sweep --config="$1" "${extra[@]}" --workdir="$2" --processes="$PROCESSES" \
       --run_threads=slot || status=$?
+  # Each finished run's attention row, while its checkpoints exist (the records keep the rows,
+  # not the checkpoints).
+  python scripts/lra_plateau_attention.py --workdir="$WORKDIR" --task="$(basename "$2")" \
+      --out="$2/attention" || echo "warning: the attention rows of $2 failed; the study goes on"
   python scripts/run_records.py save --workdir="$WORKDIR" --to="$RECORDS"
   return "$status"
 }

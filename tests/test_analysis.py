@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 
 import numpy as np
 from conftest import ROOT, load_config, tiny
@@ -98,9 +99,17 @@ def test_plateau_attention_table_reads_a_finished_run(spt_run, tmp_path):
       "lra_plateau_attention", os.path.join(ROOT, "scripts", "lra_plateau_attention.py"))
   script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(script)
-  os.makedirs(tmp_path / "listops" / "spt")
-  os.symlink(spt_run[0], tmp_path / "listops" / "spt" / "seed_0")
+  run = tmp_path / "listops" / "spt" / "seed_0"
+  shutil.copytree(spt_run[0], run)  # a copy: the row is kept in the run's directory
   (row,) = script.table(str(tmp_path), "listops")
+  # Kept with the best step it was measured at, and read back once the checkpoints are gone (a run
+  # restored from scripts/run_records.py's records, which keep the row and not the checkpoints).
+  kept = json.load(open(run / "finetune" / script.ROW_FILE))
+  assert kept["best_step"] > 0 and all(row[k] == (v, 0.0) for k, v in kept["row"].items())
+  shutil.rmtree(run / "finetune" / "checkpoints")
+  assert script.table(str(tmp_path), "listops") == [row]
+  os.remove(run / "finetune" / script.ROW_FILE)
+  assert script.table(str(tmp_path), "listops") == []  # neither: left out, with a warning
   assert row["arm"] == "spt" and row["seeds"] == 1
   assert "band_2d" not in row  # tokens: no grid
   # The best fine-tuning checkpoint's attention, every layer: as the analysis module computes it.

@@ -40,7 +40,10 @@ def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
   assert all(f"--workdir={workdir}/pathfinder" in c for c in sweep_calls if "init_scales" in c)
   # The study's runs keep the one XLA thread per core they started with.
   assert all("--run_threads=slot" in c for c in sweep_calls)
-  # Every sweep is followed by saving the finished runs as records.
+  # Every sweep is followed by its task's attention rows (measured while the checkpoints exist),
+  # then by saving the finished runs as records.
   for i, c in enumerate(calls):
     if "spt_jax.sweep" in c:
-      assert "run_records.py save" in calls[i + 1], calls[i + 1]
+      task = c.split("--workdir=")[1].split()[0].rsplit("/", 1)[1]
+      assert "lra_plateau_attention.py" in calls[i + 1] and f"--task={task}" in calls[i + 1]
+      assert "run_records.py save" in calls[i + 2], calls[i + 2]
