@@ -18,7 +18,10 @@ Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a
      once more without the plateau rule (scratch_alibi_to_cap): its seed 0 stopped at step 4,250
      still at chance, where plain scratch left chance only at ~3,000, so whether the rule cut off a
      later escape is measured rather than assumed; and on Pathfinder scratch without any position
-     encoding (scratch_nopos), the control for what absolute positions alone give scratch
+     encoding (scratch_nopos), the control for what absolute positions alone give scratch; and
+     on Pathfinder 2D RoPE fine-tuned for SPT's compute like scratch_matched
+     (scratch_rope2d_matched, added 2026-12-06 before any of its runs): the only 2D arm that left
+     chance was still gaining within the plateau rule's window at the 10,000-step cap
   c  SPT with the same position options
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
   e  the fixed-budget verdicts the plateau could change (docs/lra_cpu.md's claims table): one
@@ -82,9 +85,9 @@ def _stages(task: str) -> dict:
   scratch = f"config=configs/{task}_scratch.py:cpu {finetune(task)}"
   from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
               f"{finetune(task)}")
-  a = [f"spt: {spt}", f"scratch: {scratch}",
-       f"scratch_matched: config=configs/{task}_scratch.py:cpu {finetune(task, plateau=False)} "
-       "finetune.match_compute_of={workdir}/spt/seed_{seed}"]
+  matched = (f"config=configs/{task}_scratch.py:cpu {finetune(task, plateau=False)} "
+             "finetune.match_compute_of={workdir}/spt/seed_{seed}")
+  a = [f"spt: {spt}", f"scratch: {scratch}", f"scratch_matched: {matched}"]
   return {
       "a": dict(runs=a, title=f"{task} (cpu, plateau budgets): SPT vs from scratch vs "
                               f"compute-matched scratch"),
@@ -92,7 +95,8 @@ def _stages(task: str) -> dict:
                                                 for p in positions(task)]
                 + ([f"scratch_nopos: {scratch} model.position=none",
                     f"scratch_alibi_to_cap: config=configs/{task}_scratch.py:cpu "
-                    f"{finetune(task, plateau=False)} model.position=alibi"]
+                    f"{finetune(task, plateau=False)} model.position=alibi",
+                    f"scratch_rope2d_matched: {matched} model.position=rope2d"]
                    if task == "pathfinder" else []),
                 title=f"{task} (cpu, plateau budgets): from scratch with a proximity bias"),
       "c": dict(runs=[f"spt: {spt}"] + [f"spt_{p}: {spt} model.position={p}"
