@@ -143,14 +143,14 @@ def markdown(rows: list[dict], task: str) -> str:
   head = (["arm", "seeds", "test accuracy (%)", "test acc., q·k = 0 (%)", "entropy"]
           + (["drawn mass"] if drawn else [])
           + [k.replace("_", " ") for k in keys] + [f"{k.replace('_', ' ')}, loaded" for k in keys])
-  lines = [f"{task}: attention proximity of the best fine-tuning checkpoint, all layers and heads, "
-           f"{EXAMPLES} validation examples (mean ± std over seeds; `loaded`: the parameters "
-           "fine-tuning started from, for arms that load them). Uniform attention over the 16×16 "
-           "grid has 2D band ≈ 0.032, 1D band ≈ 0.012, entropy 1 and drawn mass the drawn pixels' "
-           f"share ({rows[0]['drawn_share'][0]:.2f} of these examples' pixels)."
-           if task == "pathfinder" and drawn else
-           "fine-tuning started from, for arms that load them).", "",
-           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  caption = (f"{task}: attention proximity of the best fine-tuning checkpoint, all layers and "
+             f"heads, {EXAMPLES} validation examples (mean ± std over seeds; `loaded`: the "
+             "parameters fine-tuning started from, for arms that load them).")
+  if task == "pathfinder" and drawn:
+    caption += (" Uniform attention over the 16×16 grid has 2D band ≈ 0.032, 1D band ≈ 0.012, "
+                "entropy 1 and drawn mass the drawn pixels' share "
+                f"({rows[0]['drawn_share'][0]:.2f} of these examples' pixels).")
+  lines = [caption, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     # One seed has no spread to show.
     pm = lambda pair, scale=1.0, d=3, n=r["seeds"]: (
