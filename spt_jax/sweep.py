@@ -166,9 +166,9 @@ RUN_THREADS = {
     "all": "as many threads as the cores this sweep may use, as an unconfined run has, taking "
            "turns on the run's own cores: every run is bit-identical to the same run unconfined, "
            "alone, or resumed with any --processes (the default).",
-    "slot": "one thread per core of the run's slot: somewhat faster (benchmarks/README.md), but a "
-            "run is bit-identical only to runs with as many cores; resume a sweep with the same "
-            "--processes.",
+    "slot": "one thread per core of the run's slot: faster, the more so the more slots the "
+            "machine has (benchmarks/README.md), but a run is bit-identical only to runs with as "
+            "many cores; resume a sweep with the same --processes.",
 }
 
 
