@@ -76,14 +76,18 @@ def main(argv):
   requested = flags.FLAGS.cpu_processes
   if flags.FLAGS.cpu_devices != 1 and not flags.FLAGS["cpu_processes"].present:
     requested = 1  # Asked for per-core devices in this process, not for the default's processes.
-  processes = platform.cpu_process_count(flags.FLAGS.config, requested, flags.FLAGS.cores)
-  if processes > 1:
-    launch_local_processes(processes)
-  # Before anything touches a device: the backend is created once, and one created before joining
-  # the multi-process job would only ever see this process's devices.
-  platform.configure_process(flags.FLAGS.config, flags.FLAGS.cpu_devices,
-                             flags.FLAGS.retain_freed_memory, cores=flags.FLAGS.cores,
-                             cpu_threads=flags.FLAGS.cpu_threads)
+  try:  # --cores and --cpu_threads are checked here, before any work
+    processes = platform.cpu_process_count(flags.FLAGS.config, requested, flags.FLAGS.cores)
+    if processes > 1:
+      launch_local_processes(processes)
+    # Before anything touches a device: the backend is created once, and one created before
+    # joining the multi-process job would only ever see this process's devices.
+    platform.configure_process(flags.FLAGS.config, flags.FLAGS.cpu_devices,
+                               flags.FLAGS.retain_freed_memory, cores=flags.FLAGS.cores,
+                               cpu_threads=flags.FLAGS.cpu_threads)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    sys.exit(1)
   distributed.maybe_initialize()
   experiment.quiet_orbax_logging()
   logging.info("Config:\n%s", flags.FLAGS.config)

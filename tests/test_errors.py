@@ -154,6 +154,18 @@ def test_unusable_workdir_through_main_is_one_line(tmp_path, cache_dir):
   assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("flag, message", [
+    ("--cpu_threads=-2", "error: --cpu_threads=-2: must be a positive number of threads"),
+    ("--cores=4096", "error: --cores='4096': core(s) [4096] are not among the cores"),
+])
+def test_bad_placement_flags_are_one_line_before_anything_is_written(tmp_path, flag, message):
+  workdir = tmp_path / "w"
+  out = run_main(["--config=configs/listops_spt.py:smoke", f"--workdir={workdir}",
+                  "--cpu_processes=1", flag])
+  assert out.returncode == 1 and out.stderr.strip().startswith(message), out.stderr[-2000:]
+  assert "Traceback" not in out.stderr and not workdir.exists()
+
+
 def test_a_workdir_refuses_other_data(tmp_path, cache_dir, spt_run):
   workdir = str(tmp_path / "w")
   shutil.copytree(spt_run[0], workdir)
