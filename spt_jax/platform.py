@@ -362,8 +362,11 @@ def _dense_matmul_bwd(residuals, g):
   x2, g2 = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
   # The barriers stop XLA's transpose folding from merging each explicit transpose back into the dot
   # (which would restore the Eigen dot); XLA:CPU drops them before fusion, so they cost nothing. Which
-  # operand gets transposed: the narrower one, the copy being the cost.
-  if x2.shape[1] <= g2.shape[1]:
+  # operand gets transposed: the narrower one, the copy being the cost; of two equally wide ones, the
+  # gradient. x is often recomputed rather than kept (an activation, a LayerNorm), and XLA fuses that
+  # recomputation into the transposed copy, where it runs in the copy's strided order; g is already
+  # in memory (dx reads it too), so its transpose is a plain copy.
+  if x2.shape[1] < g2.shape[1]:
     d_kernel = lax.optimization_barrier(x2.T) @ g2
   else:
     d_kernel = lax.optimization_barrier(lax.optimization_barrier(g2.T) @ x2).T

@@ -242,7 +242,7 @@ class Encoder(nn.Module):
       x = nn.Embed(cfg.vocab_size, cfg.d_model, embedding_init=nn.initializers.normal(1.0),
                    name="token_embedding")(inputs)
     else:
-      x = nn.Dense(cfg.d_model, name="input_projection")(inputs)
+      x = nn.Dense(cfg.d_model, dot_general=cfg.dot_general, name="input_projection")(inputs)
     # Created once, here, so that every layer shares them (the encoding decides what they are).
     encoding = cfg.encoding
     position_params = encoding.init_params(self, cfg)
