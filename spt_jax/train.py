@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spt_jax import (checkpoints, distributed, faults, flops, init_from, objectives, optim,
-                     param_groups, platform, preflight, stopping, tree)
+                     param_groups, platform, preflight, provenance, stopping, tree)
 from spt_jax.data import pipeline
 from spt_jax.data.tasks import TaskData
 from spt_jax.metric_writers import MetricWriter, workdir_path, write_json, write_text
@@ -616,6 +616,7 @@ def finish_phase(name: str, cfg, steps: int, setup: PhaseSetup, loop: LoopResult
       "data_source": task.source,
       # Generated data is not the official release: a number on it is not an LRA result.
       "data_generated": task.generated,
+      "environment": provenance.environment(),
   }
   results.update(extra)
   setup.ckpts.close()

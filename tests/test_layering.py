@@ -40,7 +40,7 @@ LAYERS = (
                     "spt_jax.theory.*")),
     # Trees, fault points, the platform (devices, heap, backend kernels), multi-process start-up.
     ("utilities", ("spt_jax", "spt_jax.tree", "spt_jax.faults", "spt_jax.platform",
-                   "spt_jax.distributed", "spt_jax.host_memory")),
+                   "spt_jax.distributed", "spt_jax.host_memory", "spt_jax.provenance")),
 )
 
 
