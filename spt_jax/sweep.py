@@ -266,6 +266,12 @@ def finished(run_dir: str, overrides: dict) -> bool:
   return all(p.strip() in done for p in phases.split(",") if p.strip())
 
 
+def _finished_elsewhere(run_dir: str) -> bool:
+  """Whether a run directory holds a run finished under the spec it was started with."""
+  spec = workdir_path(run_dir) / RUN_SPEC
+  return spec.exists() and finished(run_dir, read_json(spec)["overrides"])
+
+
 def check_run_spec(run_dir: str, spec: dict) -> None:
   """Records the spec a run directory is started with; another spec there is an error."""
   path = workdir_path(run_dir) / RUN_SPEC
@@ -548,10 +554,15 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
   if sweep.x_values and len(sweep.x_values) != len(runs):
     raise ValueError(f"x_values has {len(sweep.x_values)} entries for {len(runs)} runs.")
   for name, overrides in runs:
-    missing = sorted(references(overrides) - set(names))
-    if missing:
-      raise ValueError(f"{source}: run {name!r} starts from run {missing[0]!r}, which the sweep "
-                       f"does not list; add it to runs.")
+    for missing in sorted(references(overrides) - set(names)):
+      # A run outside the sweep may be started from once it has finished at every seed (a stage
+      # of a study sliced out of a larger sweep); its recorded spec says what finished means.
+      unfinished = [seed for seed in sweep.seeds
+                    if not _finished_elsewhere(os.path.join(workdir, missing, f"seed_{seed}"))]
+      if unfinished:
+        raise ValueError(f"{source}: run {name!r} starts from run {missing!r}, which the sweep "
+                         f"does not list and which has not finished in {workdir} at seed(s) "
+                         f"{unfinished}; add it to runs.")
   def substitute(overrides, seed):
     return {k: v.format(workdir=os.fspath(workdir_path(workdir)), seed=seed)
             if isinstance(v, str) else v for k, v in overrides.items()}
