@@ -11,7 +11,8 @@ A sweep config (ml_collections) has:
              the command line; `config=configs/y.py:variant` replaces the base for that run).
              `{workdir}` and `{seed}` in a value are substituted, so a run can start from another
              run's phase (e.g. `finetune.init_from.source={workdir}/spt/seed_{seed}/pretrain`): the
-             referenced run (same seed) must be in the sweep, and is finished first.
+             referenced run (same seed) is in the sweep, and is finished first, or is not in it and
+             has finished in the workdir at every seed (a stage of a larger sweep run on its own).
   metrics    dotted paths into results.json, e.g. 'finetune.test_of_best.accuracy'
   title      the table's and plot's title
   steps_to   optional validation accuracy threshold: also report fine-tune steps until it is first

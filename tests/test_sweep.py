@@ -192,6 +192,30 @@ def test_parallel_runs_start_only_after_the_runs_they_reference(tmp_path, monkey
   assert os.path.exists(tmp_path / "tables" / "table.md")
 
 
+def test_a_run_may_start_from_an_unlisted_run_once_it_has_finished(tmp_path, monkeypatch):
+  """A study's stage swept on its own after the stages' shared queue ran (its table): the runs it
+  starts from belong to another stage and have finished; one that has not is refused by seed."""
+  def fake_run(overrides, seed, run_dir, cores=None, threads=0):
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "results.json"), "w") as f:
+      sweep.json.dump({"pretrain": {}, "finetune": {"steps": 1}}, f)
+
+  monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
+  child = "child: phases=finetune finetune.init_from.source={workdir}/parent/seed_{seed}/pretrain"
+  cfg = lambda runs, seeds, output: config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=seeds, title="t", metrics=("finetune.steps",),
+      runs=runs, output=output)
+  sweep.run_sweep(cfg(["parent:", child], (0, 1), "both"), str(tmp_path), processes=2)
+  rows = sweep.run_sweep(cfg([child], (0, 1), "child"), str(tmp_path))
+  assert [r["run"] for r in rows] == ["child"]
+  assert os.path.exists(tmp_path / "child" / "table.md")
+  with pytest.raises(ValueError, match=r"run 'child' starts from run 'parent', which the sweep "
+                                       r"does not list and which has not finished in .* at "
+                                       r"seed\(s\) \[2\]; add it to runs"):
+    sweep.run_sweep(cfg([child], (0, 1, 2), "wider"), str(tmp_path))
+  assert not (tmp_path / "child" / "seed_2").exists()
+
+
 def test_sweeps_sharing_a_workdir_refuse_a_run_name_with_another_spec(tmp_path):
   run_dir = tmp_path / "spt" / "seed_0"
   sweep.check_run_spec(str(run_dir), {"overrides": {"config": "a.py"}, "seed": 0})
