@@ -136,4 +136,23 @@ def test_a_sweep_overlays_its_arms_with_their_seed_spread(tmp_path):
     at_20 = vertices[np.isclose(vertices[:, 0], 20), 1]
     assert at_20.max() - at_20.min() == pytest.approx(2 * 0.05 * np.std(seeds))
   assert [line.get_label() for line in axes[0][0].get_lines()] == ["spt (3 seeds)"]  # pretrain
+  # One legend, for the figure, naming every arm once; none inside a panel.
+  assert [text.get_text() for legend in fig.legends for text in legend.get_texts()] == [
+      "spt (3 seeds)", "scratch (3 seeds)"]
+  assert all(ax.get_legend() is None for ax in fig.axes)
+  plots.plt.close(fig)
+
+
+def test_step_ticks_stay_apart_on_long_runs():
+  """A 30,000-step axis gets a handful of short labels ('12k'), not five-digit numbers that
+  run into each other."""
+  assert [report.step_label(s) for s in (0, 250, 750, 1500, 12_000, 30_141)] == [
+      "0", "250", "750", "1.5k", "12k", "30.141k"]
+  fig, ax = plots.plt.subplots(figsize=(4.5, 3))
+  ax.plot([0, 30_141], [0, 1])
+  report._axes_finish(ax, "loss")
+  fig.canvas.draw()
+  low, high = ax.get_xlim()
+  labels = [t.get_text() for t in ax.get_xticklabels() if low <= t.get_position()[0] <= high]
+  assert 3 <= len(labels) <= 8 and all(len(text) <= 4 for text in labels), labels
   plots.plt.close(fig)

@@ -170,9 +170,15 @@ def _panel(ax, phase: Phase, metric: str, ylabel: str) -> None:
   _axes_finish(ax, ylabel)
 
 
+def step_label(step: float, _position=None) -> str:
+  """A step-axis tick: '750', '1.5k', '12k', so that five-digit steps do not run together."""
+  return f"{step / 1000:g}k" if abs(step) >= 1000 else f"{step:g}"
+
+
 def _axes_finish(ax, ylabel: str) -> None:
-  from matplotlib.ticker import MaxNLocator
-  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+  from matplotlib.ticker import FuncFormatter, MaxNLocator
+  ax.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=True))
+  ax.xaxis.set_major_formatter(FuncFormatter(step_label))
   ax.set_xlabel("step")
   ax.set_ylabel(ylabel)
   ax.grid(alpha=0.3)
@@ -361,7 +367,12 @@ def sweep_figure(workdir: str, runs: list[str], seeds, title: str = ""):
     raise FileNotFoundError(f"{workdir}: no run of {runs} has a phase with {METRICS}.")
   columns = (("train", "loss", "training loss"), ("val", "loss", "validation loss"),
              ("val", None, "validation"))
-  fig, axes = plots.plt.subplots(len(order), 3, figsize=(13.5, 3.3 * len(order)), squeeze=False)
+  # One legend for the whole figure, below it: an arm has one colour in every panel, and a
+  # legend of many arms drawn inside each panel would hide the curves.
+  legend_rows = -(-len(runs) // 4)
+  legend_height = 0.25 * legend_rows + 0.15
+  height = 3.3 * len(order) + legend_height
+  fig, axes = plots.plt.subplots(len(order), 3, figsize=(13.5, height), squeeze=False)
   colors = plots.plt.rcParams["axes.prop_cycle"].by_key()["color"]
   for row, name in enumerate(order):
     for col, (split, metric, label) in enumerate(columns):
@@ -383,9 +394,17 @@ def sweep_figure(workdir: str, runs: list[str], seeds, title: str = ""):
         ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, lw=0)
       ax.set_title(f"{name}: {ylabel}", fontsize=10)
       _axes_finish(ax, ylabel)
+  handles = {}
+  for ax in fig.axes:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, handle)
+    if ax.get_legend() is not None:
+      ax.get_legend().remove()
+  fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 4),
+             fontsize=9, frameon=False)
   fig.suptitle((f"{title}: " if title else "") + "mean (line) ± std (band) over seeds",
                fontsize=11)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, legend_height / height, 1, 1))
   return fig
 
 
