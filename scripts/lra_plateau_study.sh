@@ -4,14 +4,15 @@
 # both tasks before anything else, so that every session's hours go where the answers are.
 #   pass 1  seeds 0-2: (a) SPT vs scratch vs compute-matched scratch, (b) scratch with built-in
 #           proximity biases; Pathfinder, then ListOps
-#   pass 2  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b
-#   pass 3  the init-scale study on Pathfinder (configs/sweeps/init_scales.py, docs/theory.md),
-#           which fine-tunes this study's SPT checkpoints: stages a and b fill the study's planned
-#           ~40 process-hours, so what follows is beyond that plan and comes after the other
-#           issue's runs
-#   pass 4  seeds 0-2: (c) SPT with those biases, (d) Pathfinder's loaded and frozen attention;
-#           Pathfinder, then ListOps; then Pathfinder's seeds 3-4 of c and d
-#   pass 5  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
+#   pass 2  seeds 0-2: (d) Pathfinder's loaded and frozen attention, ahead of more seeds of a and
+#           b: at three seeds those separate their arms already, while the claims that d tests
+#           (W_Q, W_K alone; freezing random attention) were undecided
+#   pass 3  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b
+#   pass 4  the init-scale study on Pathfinder (configs/sweeps/init_scales.py, docs/theory.md),
+#           which fine-tunes this study's SPT checkpoints
+#   pass 5  seeds 0-2: (c) SPT with those biases, and (d)'s finished runs skipped; Pathfinder,
+#           then ListOps; then Pathfinder's seeds 3-4 of c and d
+#   pass 6  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
 #           plateau could change
 # A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
 # stage's last run.
@@ -54,6 +55,7 @@ stages() {  # task stages [seeds]
 }
 
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
+stages pathfinder d "$FIRST_SEEDS"
 stages pathfinder a+b
 # The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
 for variant in pathfinder pathfinder,data; do
