@@ -6,7 +6,8 @@
 #           proximity biases; Pathfinder, then ListOps
 #   pass 2  seeds 0-2: (d) Pathfinder's loaded and frozen attention, ahead of more seeds of a and
 #           b: at three seeds those separate their arms already, while the claims that d tests
-#           (W_Q, W_K alone; freezing random attention) were undecided
+#           (W_Q, W_K alone; freezing random attention) were undecided; then (lr) Pathfinder's
+#           fine-tuning learning rate, both arms alike: does SPT's gain survive each arm's best?
 #   pass 3  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b
 #   pass 4  the init-scale study on Pathfinder (configs/sweeps/init_scales.py, docs/theory.md),
 #           which fine-tunes this study's SPT checkpoints
@@ -56,6 +57,7 @@ stages() {  # task stages [seeds]
 
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
 stages pathfinder d "$FIRST_SEEDS"
+stages pathfinder lr "$FIRST_SEEDS"
 stages pathfinder a+b
 # The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
 for variant in pathfinder pathfinder,data; do

@@ -337,7 +337,7 @@ def test_plateau_study_budgets_per_task():
   its plateau rules except the arms that run their whole budget by design."""
   for task, pretrain, finetune in (("listops", 0, 0), ("pathfinder", 4, 12)):
     for name, overrides in (sweep.parse_run(r) for r in sweep.check_sweep(config_lib.load_config(
-        f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e" if task == "pathfinder"
+        f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e+lr" if task == "pathfinder"
         else f"configs/sweeps/lra_plateau.py:{task},a+b+c+e")).runs):
       whole_budget = name in ("scratch_matched", "scratch_alibi_to_cap", "scratch_rope2d_matched")
       assert overrides["finetune.stop_on_plateau.patience"] == (0 if whole_budget else finetune), name
@@ -346,3 +346,20 @@ def test_plateau_study_budgets_per_task():
         assert overrides["finetune.match_compute_of"] == "{workdir}/spt/seed_{seed}", name
       if "pretrain.num_steps" in overrides:
         assert overrides["pretrain.stop_on_plateau.patience"] == pretrain, name
+
+
+def test_plateau_study_learning_rate_stage_gives_both_arms_the_same_grid():
+  """Stage lr: SPT (fine-tuning its own `spt` run's pretraining) and scratch at the same rates
+  besides the configs' 5e-4; Pathfinder only (ListOps' rate was searched at fixed budgets)."""
+  runs = dict(sweep.parse_run(r) for r in sweep.check_sweep(
+      config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,lr")).runs)
+  rates = lambda arm: {o.get("finetune.learning_rate") for n, o in runs.items()
+                       if n.split("_lr")[0] == arm}
+  assert rates("spt") == rates("scratch") == {None, 1e-4, 1e-3}
+  for lr in ("1e-4", "1e-3"):
+    assert runs[f"spt_lr{lr}"]["finetune.init_from.source"] == "{workdir}/spt/seed_{seed}/pretrain"
+    assert {k: v for k, v in runs[f"scratch_lr{lr}"].items() if k != "finetune.learning_rate"} \
+        == runs["scratch"]
+  with pytest.raises(ValueError, match="Pathfinder only"):
+    config_lib.load_config("configs/sweeps/lra_plateau.py:listops,lr")
+

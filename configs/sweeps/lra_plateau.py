@@ -26,6 +26,10 @@ Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
   e  the fixed-budget verdicts the plateau could change (docs/lra_cpu.md's claims table): one
      layer, SPT vs scratch; SPT on the other data of the same kind (config.pretrain_data)
+  lr Pathfinder's fine-tuning learning rate, the same grid for both arms (Amos et al.'s 1e-4, 5e-4,
+     1e-3; 5e-4 is every other stage's): whether SPT's gain over scratch survives giving each arm
+     its best rate. SPT's arms fine-tune the `spt` arm's own pretraining checkpoint of the seed
+     (their compute column counts fine-tuning only). ListOps' rate was searched at fixed budgets.
 Seeds: 3 on ListOps, 5 on Pathfinder (one in three SPT seeds stayed at chance at 1,500 steps).
 
 Budgets (every value here, for both arms alike; nothing was searched for either):
@@ -49,6 +53,8 @@ from spt_jax.config_lib import sweep_config
 TASKS = ("listops", "pathfinder")
 SEEDS = {"listops": (0, 1, 2), "pathfinder": (0, 1, 2, 3, 4)}
 PRETRAIN_CAP = {"listops": 20_000, "pathfinder": 10_000}
+# Fine-tuning learning rates of stage lr besides the configs' 5e-4 (Amos et al.'s grid).
+OTHER_LEARNING_RATES = ("1e-4", "1e-3")
 # Validation accuracy whose first fine-tuning step is reported (as in configs/sweeps/lra_cpu.py).
 STEPS_TO = {"listops": 0.30, "pathfinder": 0.60}
 
@@ -88,7 +94,7 @@ def _stages(task: str) -> dict:
   matched = (f"config=configs/{task}_scratch.py:cpu {finetune(task, plateau=False)} "
              "finetune.match_compute_of={workdir}/spt/seed_{seed}")
   a = [f"spt: {spt}", f"scratch: {scratch}", f"scratch_matched: {matched}"]
-  return {
+  stages = {
       "a": dict(runs=a, title=f"{task} (cpu, plateau budgets): SPT vs from scratch vs "
                               f"compute-matched scratch"),
       "b": dict(runs=[f"scratch: {scratch}"] + [f"scratch_{p}: {scratch} model.position={p}"
@@ -114,6 +120,13 @@ def _stages(task: str) -> dict:
                       f"spt_other_data: {spt} pretrain.data=pretrain_data"],
                 title=f"{task} (cpu, plateau budgets): one layer, and SPT on other data"),
   }
+  if task == "pathfinder":
+    stages["lr"] = dict(
+        runs=[f"spt: {spt}", f"scratch: {scratch}"]
+        + [f"spt_lr{lr}: {from_spt} finetune.learning_rate={lr}" for lr in OTHER_LEARNING_RATES]
+        + [f"scratch_lr{lr}: {scratch} finetune.learning_rate={lr}" for lr in OTHER_LEARNING_RATES],
+        title=f"{task} (cpu, plateau budgets): fine-tuning learning rate, both arms alike")
+  return stages
 
 
 def _union(task: str, stages: list[str]) -> dict:
@@ -134,7 +147,7 @@ def get_config(arg=None):
   stages = stage.split("+")
   if task not in TASKS or not all(s in _stages(task) for s in stages):
     raise ValueError(f"configs/sweeps/lra_plateau.py takes 'task,stage' with task in {TASKS} and "
-                     f"stage in {tuple(_stages('listops'))} or several joined by '+' (e.g. 'a+b'), "
+                     f"stage in {tuple(_stages('pathfinder'))} (lr: Pathfinder only) or several joined by '+' (e.g. 'a+b'), "
                      f"got {arg!r}.")
   s = _stages(task)[stage] if len(stages) == 1 else _union(task, stages)
   return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
