@@ -652,7 +652,8 @@ def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
   if any(r.get(f"{COMPUTE}_mean") is not None for r in rows):
     keys.append(COMPUTE)
   header = ["run"] + (["x"] if sweep.x_values else []) + keys
-  lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}" + (
+  lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}; mean ± "
+           f"std over the seeds (numpy's default std, ddof 0)" + (
       f"; steps_to_val = first fine-tune step with validation accuracy >= {sweep.steps_to} "
       f"(mean over the seeds that reached it)" if sweep.steps_to > 0 else ""), "",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

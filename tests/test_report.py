@@ -118,6 +118,9 @@ def test_a_sweep_overlays_its_arms_with_their_seed_spread(tmp_path):
     _fake_run(str(tmp_path / "spt" / f"seed_{seed}"), [("pretrain", 0.5), ("finetune", 0.0)], seed)
     _fake_run(str(tmp_path / "scratch" / f"seed_{seed}"), [("finetune", 0.3)], seed)
   sweep.run_sweep(config, str(tmp_path))
+  # The table says which standard deviation its ± is (docs quote sample std elsewhere).
+  assert "mean ± std over the seeds (numpy's default std, ddof 0)" in (
+      tmp_path / "table.md").read_text()
   _png_size(tmp_path / "plot.png")
   width, height = _png_size(tmp_path / report.SWEEP_FIGURE)
   assert width > 1000 and height > 500  # Two rows of phases.
