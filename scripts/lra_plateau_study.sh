@@ -56,8 +56,7 @@ stages() {  # task stages [seeds]
 }
 
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
-stages pathfinder d "$FIRST_SEEDS"
-stages pathfinder lr "$FIRST_SEEDS"
+stages pathfinder d+lr "$FIRST_SEEDS"
 stages pathfinder a+b
 # The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
 for variant in pathfinder pathfinder,data; do
