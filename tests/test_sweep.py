@@ -339,7 +339,7 @@ def test_plateau_study_budgets_per_task():
     for name, overrides in (sweep.parse_run(r) for r in sweep.check_sweep(config_lib.load_config(
         f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e+lr" if task == "pathfinder"
         else f"configs/sweeps/lra_plateau.py:{task},a+b+c+e")).runs):
-      whole_budget = name in ("scratch_matched", "scratch_alibi_to_cap", "scratch_rope2d_matched")
+      whole_budget = name.endswith(("_matched", "_to_cap"))
       assert overrides["finetune.stop_on_plateau.patience"] == (0 if whole_budget else finetune), name
       assert overrides["finetune.num_steps"] == 10000
       if name.endswith("_matched"):  # SPT's compute, from the SPT run of the same seed

@@ -23,7 +23,11 @@ Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a
      (scratch_rope2d_matched, added 2026-12-06 before any of its runs): the only 2D arm that left
      chance was still gaining within the plateau rule's window at the 10,000-step cap
   c  SPT with the same position options
-  d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention
+  d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention;
+     and (added 2026-12-07 before any of their runs) qkvo and both frozen arms once more without the
+     plateau rule (`*_to_cap`): their first runs stopped at chance at 3,500 steps, where plain
+     scratch leaves chance only at ~3,000 and 1D RoPE at ~5,000, so a late escape is measured
+     rather than ruled out by the rule
   e  the fixed-budget verdicts the plateau could change (docs/lra_cpu.md's claims table): one
      layer, SPT vs scratch; SPT on the other data of the same kind (config.pretrain_data)
   lr Pathfinder's fine-tuning learning rate, the same grid for both arms (Amos et al.'s 1e-4, 5e-4,
@@ -87,6 +91,7 @@ def positions(task: str) -> tuple[str, ...]:
 
 
 def _stages(task: str) -> dict:
+  to_cap = lambda spec: spec.replace(finetune(task), finetune(task, plateau=False))
   spt = f"{pretrain(task)} {finetune(task)}"
   scratch = f"config=configs/{task}_scratch.py:cpu {finetune(task)}"
   from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
@@ -112,7 +117,11 @@ def _stages(task: str) -> dict:
                       f"qkvo: {from_spt} finetune.init_from.include=qkvo",
                       f"spt_frozen_attention: {from_spt} finetune.freeze=attention",
                       f"scratch: {scratch}",
-                      f"scratch_frozen_attention: {scratch} finetune.freeze=attention"],
+                      f"scratch_frozen_attention: {scratch} finetune.freeze=attention"]
+                + ([f"qkvo_to_cap: {to_cap(from_spt)} finetune.init_from.include=qkvo",
+                    f"spt_frozen_attention_to_cap: {to_cap(from_spt)} finetune.freeze=attention",
+                    f"scratch_frozen_attention_to_cap: {to_cap(scratch)} "
+                    "finetune.freeze=attention"] if task == "pathfinder" else []),
                 title=f"{task} (cpu, plateau budgets): loaded and frozen attention"),
       "e": dict(runs=[f"spt: {spt}", f"scratch: {scratch}",
                       f"spt_1L: {spt} model.num_layers=1",
