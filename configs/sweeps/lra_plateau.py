@@ -156,8 +156,8 @@ def get_config(arg=None):
   stages = stage.split("+")
   if task not in TASKS or not all(s in _stages(task) for s in stages):
     raise ValueError(f"configs/sweeps/lra_plateau.py takes 'task,stage' with task in {TASKS} and "
-                     f"stage in {tuple(_stages('pathfinder'))} (lr: Pathfinder only) or several joined by '+' (e.g. 'a+b'), "
-                     f"got {arg!r}.")
+                     f"stage in {tuple(_stages('pathfinder'))} (lr: Pathfinder only) or several "
+                     f"joined by '+' (e.g. 'a+b'), got {arg!r}.")
   s = _stages(task)[stage] if len(stages) == 1 else _union(task, stages)
   return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
                       title=s["title"], output=stage, steps_to=STEPS_TO[task],
