@@ -1,12 +1,14 @@
 r"""The plateau-budget study's summary figure: each arm's fine-tuning test accuracy, one dot per seed
-and a bar at the mean, one panel per task (docs/lra_cpu.md).
+and a bar at the mean, one row per task, the arms grouped by the study's stages (docs/lra_cpu.md).
 
   python scripts/lra_plateau_figure.py --workdir=~/spt_runs/lra_plateau \
       --out=docs/results/lra_plateau/summary.png
 
 Arms are read from `<workdir>/<task>/<arm>/seed_<s>/results.json` for the arms and seeds of
-configs/sweeps/lra_plateau.py's stages; an arm with no finished seed yet is left out, and a panel
-says how many seeds each arm has. The dashed line is chance.
+configs/sweeps/lra_plateau.py's stages, each arm under the first stage that lists it; an arm with
+no finished seed yet is left out, and each label says how many seeds the arm has. A bar's colour
+says what its fine-tuning starts from (every pretrained weight, some of them, or none); the dashed
+line is chance.
 """
 from __future__ import annotations
 
@@ -23,19 +25,41 @@ from spt_jax import config_lib, sweep  # noqa: E402
 from spt_jax.analysis import plots  # noqa: E402
 
 CHANCE = {"listops": 0.1, "pathfinder": 0.5}
+STUDY = "configs/sweeps/lra_plateau.py"
+# What the fine-tuning run starts from, by the colour of its bar.
+KINDS = {"spt": ("tab:blue", "every pretrained weight loaded"),
+         "partial": ("tab:purple", "some pretrained weights loaded"),
+         "scratch": ("tab:orange", "from scratch")}
+INCH_PER_ARM = 0.42
+
+
+def stage_arms(task: str) -> dict[str, list[tuple[str, str]]]:
+  """Per stage, in the study's stage order, its arms not listed by an earlier stage, each with
+  its kind (a key of KINDS)."""
+  out, seen = {}, set()
+  for stage in config_lib.load_module(STUDY).stage_names(task):
+    sw = config_lib.load_config(f"{STUDY}:{task},{stage}")
+    out[stage] = []
+    for name, overrides in map(sweep.parse_run, sw.runs):
+      if name not in seen:
+        seen.add(name)
+        out[stage].append((name, kind(task, overrides)))
+  return out
+
+
+def kind(task: str, overrides: dict) -> str:
+  if str(overrides.get("config", "")).startswith(f"configs/{task}_scratch.py"):
+    return "scratch"
+  return "partial" if "finetune.init_from.include" in overrides else "spt"
 
 
 def arms(task: str) -> list[str]:
   """Every arm of the task's stages, in stage order, each once."""
-  names = []
-  for stage in "abcd":
-    sw = config_lib.load_config(f"configs/sweeps/lra_plateau.py:{task},{stage}")
-    names += [sweep.parse_run(r)[0] for r in sw.runs]
-  return list(dict.fromkeys(names))
+  return [name for names in stage_arms(task).values() for name, _ in names]
 
 
 def accuracies(workdir: str, task: str, arm: str) -> list[float]:
-  sw = config_lib.load_config(f"configs/sweeps/lra_plateau.py:{task},a")
+  sw = config_lib.load_config(f"{STUDY}:{task},a")
   out = []
   for seed in sw.seeds:
     path = os.path.join(workdir, task, arm, f"seed_{seed}", "results.json")
@@ -47,36 +71,54 @@ def accuracies(workdir: str, task: str, arm: str) -> list[float]:
 
 
 def draw(workdir: str, path: str) -> dict:
+  """One row per task, a bar per finished arm grouped by stage; returns {task: {arm: [acc]}}."""
   tasks = [t for t in ("pathfinder", "listops") if os.path.isdir(os.path.join(workdir, t))]
-  data = {t: {a: accuracies(workdir, t, a) for a in arms(t)} for t in tasks}
-  data = {t: {a: v for a, v in d.items() if v} for t, d in data.items()}
-  fig, axes = plots.plt.subplots(1, max(1, len(tasks)), figsize=(6.5 * max(1, len(tasks)), 4.2),
-                                 squeeze=False)
-  for ax, task in zip(axes[0], tasks):
-    names = list(data[task])
-    for i, name in enumerate(names):
-      values = 100 * np.asarray(data[task][name])
-      ax.bar(i, values.mean(), color="tab:blue" if name.startswith("spt") else "tab:orange",
-             alpha=0.45, width=0.7)
-      ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values,
-                 color="black", s=14, zorder=3)
+  layout = {t: {stage: [(a, k, accuracies(workdir, t, a)) for a, k in names]
+                for stage, names in stage_arms(t).items()} for t in tasks}
+  layout = {t: {st: [x for x in names if x[2]] for st, names in stages.items()}
+            for t, stages in layout.items()}
+  layout = {t: {st: names for st, names in stages.items() if names} for t, stages in layout.items()}
+  widest = max([sum(map(len, s.values())) for s in layout.values()] + [4])
+  fig, axes = plots.plt.subplots(max(1, len(tasks)), 1, squeeze=False,
+                                 figsize=(max(6.5, 1.2 + INCH_PER_ARM * widest),
+                                          3.9 * max(1, len(tasks))))
+  for ax, task in zip(axes[:, 0], tasks):
+    i = 0
+    labels = []
+    for stage, names in layout[task].items():
+      if i:
+        ax.axvline(i - 0.5, color="grey", linewidth=0.6, alpha=0.6)
+      ax.text(i - 0.4, 1.01, f"stage {stage}", transform=ax.get_xaxis_transform(), fontsize=8,
+              color="dimgrey", va="bottom")
+      for name, arm_kind, accs in names:
+        values = 100 * np.asarray(accs)
+        ax.bar(i, values.mean(), color=KINDS[arm_kind][0], alpha=0.45, width=0.7)
+        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values,
+                   color="black", s=12, zorder=3)
+        labels.append(f"{name} ({len(values)})")
+        i += 1
     ax.axhline(100 * CHANCE[task], color="grey", linestyle="--", linewidth=0.8)
-    if not names:  # the task's runs have started but none has finished
+    if not i:  # the task's runs have started but none has finished
       ax.set_ylim(0, 100)
       ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", va="center",
               color="grey")
-    ax.set_xlim(-0.6, max(len(names), 4) - 0.4)  # a bar keeps its width with few arms
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([f"{n}\n({len(data[task][n])} seeds)" for n in names], rotation=45,
-                       ha="right", fontsize=7)
+    ax.set_xlim(-0.6, widest - 0.4)  # one scale for every row: a bar has the same width in each
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("fine-tuning test accuracy (%)")
-    ax.set_title(f"{task} (cpu), plateau budgets", fontsize=10)
+    ax.set_title(f"{task} (cpu), plateau budgets", fontsize=10, pad=14)
     ax.grid(axis="y", alpha=0.3)
-  fig.tight_layout()
+  handles = [plots.plt.Rectangle((0, 0), 1, 1, color=c, alpha=0.45) for c, _ in KINDS.values()]
+  fig.legend(handles, [label for _, label in KINDS.values()], loc="lower center", ncol=3,
+             fontsize=8, frameon=False,
+             title="one dot per seed (the seeds in brackets), bar at the mean, dashed line chance",
+             title_fontsize=8)
+  fig.tight_layout(rect=(0, 0.06, 1, 1))
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=120)
   plots.plt.close(fig)
-  return data
+  return {t: {name: accs for names in stages.values() for name, _, accs in names}
+          for t, stages in layout.items()}
 
 
 def main(argv=None) -> None:

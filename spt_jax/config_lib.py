@@ -245,11 +245,9 @@ def smoke(config) -> None:
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_config(path_and_arg: str, **kwargs) -> ml_collections.ConfigDict:
-  """`get_config(arg, **kwargs)` of a config file, from 'configs/x.py' or 'configs/x.py:variant'
-  (a relative path is looked up from the working directory, then from the repository root): the
-  one loader that sweeps, tests and config files use."""
-  path, _, arg = path_and_arg.partition(":")
+def load_module(path: str):
+  """A config file as a module, from 'configs/x.py' (a relative path is looked up from the working
+  directory, then from the repository root), for what a config file declares besides get_config."""
   full = path if os.path.isabs(path) or os.path.exists(path) else os.path.join(REPO_ROOT, path)
   if not os.path.isfile(full):
     raise FileNotFoundError(f"Config file {path!r} not found (looked in {os.getcwd()} and "
@@ -257,7 +255,14 @@ def load_config(path_and_arg: str, **kwargs) -> ml_collections.ConfigDict:
   spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-len(".py")], full)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(arg or None, **kwargs)
+  return module
+
+
+def load_config(path_and_arg: str, **kwargs) -> ml_collections.ConfigDict:
+  """`get_config(arg, **kwargs)` of a config file, from 'configs/x.py' or 'configs/x.py:variant':
+  the one loader that sweeps, tests and config files use."""
+  path, _, arg = path_and_arg.partition(":")
+  return load_module(path).get_config(arg or None, **kwargs)
 
 
 def parse_variants(arg, known, name: str) -> set[str]:

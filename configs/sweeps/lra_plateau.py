@@ -4,12 +4,13 @@ configs/<task>_{spt,scratch}.py, the models and data of the fixed-budget study u
 
   python -m spt_jax.sweep --config=configs/sweeps/lra_plateau.py:pathfinder,a \
       --workdir=~/spt_runs/lra_plateau/pathfinder --processes=2
-  (stages a, b, c, d in that order; the same for listops)
+  (every stage alike, and for listops; scripts/lra_plateau_study.sh runs them all, in its order)
   'pathfinder,a+b': both stages' runs in one queue, a's first, so that no core waits for the last
   run of a to finish before b's start; the stages' own tables come from 'pathfinder,a' and
   'pathfinder,b' afterwards, which find their runs finished.
 
-Stages (run in this order; each writes its table to <workdir>/<stage>/, all of a task share runs):
+Stages (in stage_names' order, which the study's figures follow; each writes its table to
+<workdir>/<stage>/, all of a task share runs):
   a  SPT vs from scratch vs compute-matched scratch (from scratch, fine-tuned for as many training
      FLOPs as the SPT run of the same seed spent on pretraining plus fine-tuning)
   b  from scratch with a built-in proximity bias: ALiBi, RoPE, and on Pathfinder their
@@ -151,12 +152,17 @@ def _union(task: str, stages: list[str]) -> dict:
               title=f"{task} (cpu, plateau budgets): stages {', '.join(stages)} in one queue")
 
 
+def stage_names(task: str) -> tuple[str, ...]:
+  """The task's stages in the order the study runs them."""
+  return tuple(_stages(task))
+
+
 def get_config(arg=None):
   task, _, stage = (arg or "").partition(",")
   stages = stage.split("+")
   if task not in TASKS or not all(s in _stages(task) for s in stages):
     raise ValueError(f"configs/sweeps/lra_plateau.py takes 'task,stage' with task in {TASKS} and "
-                     f"stage in {tuple(_stages('pathfinder'))} (lr: Pathfinder only) or several "
+                     f"stage in {stage_names('pathfinder')} (lr: Pathfinder only) or several "
                      f"joined by '+' (e.g. 'a+b'), got {arg!r}.")
   s = _stages(task)[stage] if len(stages) == 1 else _union(task, stages)
   return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
