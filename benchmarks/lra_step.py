@@ -24,7 +24,6 @@ from spt_jax import host_memory  # noqa: E402
 
 host_memory.retain_freed_memory()  # As main.py: before the backend starts.
 
-import importlib.util  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -32,15 +31,12 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from spt_jax import experiment, optim, preflight, train  # noqa: E402
+from spt_jax import config_lib, experiment, optim, preflight, train  # noqa: E402
 from spt_jax.data import pipeline, tasks  # noqa: E402
 
 
 def listops_config(remat: str, batch: int):
-  spec = importlib.util.spec_from_file_location("c", os.path.join(ROOT, "configs", "listops_spt.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  config = config_lib.load_config(os.path.join(ROOT, "configs", "listops_spt.py"))
   config.model.remat = remat
   config.pretrain.batch_size = batch
   return config

@@ -24,10 +24,9 @@ Budgets: Pathfinder's are the plateau study's (fine-tuning to its plateau, cap 1
 the synthetic task's fine-tuning runs to a plateau too (cap 6,000 steps, validation every 250,
 stops after 8 validations without 0.5 points of gain); its SPT phase is the `cpu` variant's.
 """
-import importlib.util
 import os
 
-from spt_jax.config_lib import sweep_config
+from spt_jax.config_lib import load_module, sweep_config
 
 SEEDS = (0, 1, 2)
 GAMMAS = (0.0, 0.1, 1.0)
@@ -42,11 +41,7 @@ SYNTHETIC_FINETUNE = ("finetune.num_steps=6000 finetune.eval_every_steps=250 "
 
 
 def _lra_plateau():
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lra_plateau.py")
-  spec = importlib.util.spec_from_file_location("lra_plateau", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "lra_plateau.py"))
 
 
 def _arms(task: str, variant: str) -> list[str]:
