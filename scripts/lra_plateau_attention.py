@@ -28,7 +28,9 @@ right), which a 1D band understates; ALiBi's and RoPE's 1D biases cannot express
 Each run's row is kept in its fine-tuning directory (`attention_proximity.json`, with the best
 step it was measured at), which scripts/run_records.py saves: the checkpoints it is read from are
 not in the records, so a run restored from them is tabulated from its kept row, and a run with
-neither (finished before rows were kept, its workdir since lost) is left out with a warning.
+neither (finished before rows were kept, its workdir since lost) is left out with a warning. An
+existing `<out>/rows.json` is merged, not overwritten: an arm it has on more seeds than the workdir
+can measure keeps its row there.
 scripts/lra_plateau_study.sh writes the rows after every sweep, while the checkpoints exist.
 """
 from __future__ import annotations
@@ -136,6 +138,20 @@ def table(workdir: str, task: str) -> list[dict]:
   return rows
 
 
+def merge(previous: list[dict], rows: list[dict], task: str) -> list[dict]:
+  """`rows`, with each arm of an earlier table (`previous`, e.g. the committed one) kept where the
+  workdir now measures it on fewer seeds or not at all: runs restored from records without a kept
+  row, or a workdir lost, never shrink a table. In the study's arm order."""
+  new = {r["arm"]: r for r in rows}
+  for old in previous:
+    if old["arm"] not in new or new[old["arm"]]["seeds"] < old["seeds"]:
+      print(f"note: {old['arm']}'s row ({old['seeds']} seeds) kept from the earlier table",
+            file=sys.stderr)
+      new[old["arm"]] = old
+  order = {arm: i for i, arm in enumerate(arms(task))}
+  return sorted(new.values(), key=lambda r: order.get(r["arm"], len(order)))
+
+
 def markdown(rows: list[dict], task: str) -> str:
   images = any("band_2d" in r for r in rows)
   keys = [k for k in METRICS if images or k.endswith("1d")]
@@ -171,8 +187,11 @@ def main(argv=None) -> None:
   parser.add_argument("--out", required=True)
   args = parser.parse_args(argv)
   rows = table(os.path.expanduser(args.workdir), args.task)
+  rows_path = os.path.join(args.out, "rows.json")
+  if os.path.exists(rows_path):
+    rows = merge(json.load(open(rows_path)), rows, args.task)
   os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "rows.json"), "w") as f:
+  with open(rows_path, "w") as f:
     json.dump(rows, f, indent=2)
   text = markdown(rows, args.task)
   with open(os.path.join(args.out, "table.md"), "w") as f:

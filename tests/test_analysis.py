@@ -3,7 +3,7 @@ import os
 import shutil
 
 import numpy as np
-from conftest import ROOT, load_config, tiny
+from conftest import ROOT, load_config, load_script, tiny
 
 from spt_jax import analysis, checkpoints, experiment, train
 from spt_jax.analysis import attention
@@ -126,6 +126,18 @@ def test_plateau_attention_table_reads_a_finished_run(spt_run, tmp_path):
   assert 0 < row["band_1d_loaded"][0] < 1  # the hand-off's attention, an SPT arm's starting point
   assert row["test_accuracy"][0] == spt_run[2]["finetune"]["test_of_best"]["accuracy"]
   assert "| spt | 1 |" in script.markdown([row], "listops")
+
+
+def test_plateau_attention_table_never_loses_an_earlier_row():
+  # An arm the workdir can no longer measure (restored from records without its row) or measures
+  # on fewer seeds keeps the earlier table's row; the rest are the workdir's, in the study's order.
+  script = load_script("lra_plateau_attention")
+  row = lambda arm, seeds, band: {"arm": arm, "seeds": seeds, "band_1d": [band, 0.0]}
+  previous = [row("spt", 3, 0.1), row("scratch", 3, 0.2), row("qk", 1, 0.3)]
+  measured = [row("qk", 3, 0.4), row("scratch", 2, 0.5), row("spt_1L", 1, 0.6)]
+  merged = script.merge(previous, measured, "pathfinder")
+  assert [(r["arm"], r["seeds"], r["band_1d"][0]) for r in merged] == [
+      ("spt", 3, 0.1), ("scratch", 3, 0.2), ("qk", 3, 0.4), ("spt_1L", 1, 0.6)]
 
 
 def test_ablation_zeroes_query_key_scores_and_reports_the_trainers_numbers(spt_run):
