@@ -22,7 +22,10 @@ Stages (in stage_names' order, which the study's figures follow; each writes its
      encoding (scratch_nopos), the control for what absolute positions alone give scratch; and
      on Pathfinder 2D RoPE fine-tuned for SPT's compute like scratch_matched
      (scratch_rope2d_matched, added 2026-12-06 before any of its runs): the only 2D arm that left
-     chance was still gaining within the plateau rule's window at the 10,000-step cap
+     chance was still gaining within the plateau rule's window at the 10,000-step cap; and on
+     Pathfinder 2D ALiBi without the rule (scratch_alibi2d_to_cap, added 2026-12-07 before any of
+     its runs): `qkvo` seed 1, stopped by the rule at chance at 3,500 steps, reached 60% at 4,500
+     when run to the cap, so every arm the rule stopped at chance is run to the cap once
   c  SPT with the same position options
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention;
      and (added 2026-12-07 before any of their runs) qkvo and both frozen arms once more without the
@@ -108,6 +111,8 @@ def _stages(task: str) -> dict:
                 + ([f"scratch_nopos: {scratch} model.position=none",
                     f"scratch_alibi_to_cap: config=configs/{task}_scratch.py:cpu "
                     f"{finetune(task, plateau=False)} model.position=alibi",
+                    f"scratch_alibi2d_to_cap: config=configs/{task}_scratch.py:cpu "
+                    f"{finetune(task, plateau=False)} model.position=alibi2d",
                     f"scratch_rope2d_matched: {matched} model.position=rope2d"]
                    if task == "pathfinder" else []),
                 title=f"{task} (cpu, plateau budgets): from scratch with a proximity bias"),
