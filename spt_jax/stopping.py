@@ -7,6 +7,11 @@ objectives.base.higher_is_better); after `patience` validations in a row without
 phase stops. The cap (num_steps / num_epochs) still binds, and the learning-rate schedule is laid
 over it, so a run that stops early trained exactly as the capped run did up to that step. Its state
 is saved with every latest checkpoint, so a killed run resumes to the same decision at the same step.
+
+A chance-level plateau is a plateau too: the rule cannot tell a run that never leaves chance from
+one that leaves it after more than `patience` validations (docs/lra_cpu.md has such a run). Where
+escapes from chance are slow, give a patience longer than the slowest escape, or read "stopped at
+chance" as "not within the patience" and run to the cap (patience 0) before calling it stuck.
 """
 from __future__ import annotations
 
