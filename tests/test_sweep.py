@@ -334,12 +334,13 @@ def test_plateau_study_stages_share_one_queue():
 
 def test_plateau_study_budgets_per_task():
   """docs/lra_cpu.md's budget table: ListOps runs both phases to their caps; Pathfinder stops on
-  its plateau rules except the arms that run their whole budget by design."""
+  its plateau rules except the arms that run their whole budget by design (compute-matched, `_to_cap`
+  and stage lr's other rates)."""
   for task, pretrain, finetune in (("listops", 0, 0), ("pathfinder", 4, 12)):
     for name, overrides in (sweep.parse_run(r) for r in sweep.check_sweep(config_lib.load_config(
         f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e+lr" if task == "pathfinder"
         else f"configs/sweeps/lra_plateau.py:{task},a+b+c+e")).runs):
-      whole_budget = name.endswith(("_matched", "_to_cap"))
+      whole_budget = name.endswith(("_matched", "_to_cap")) or "_lr" in name
       assert overrides["finetune.stop_on_plateau.patience"] == (0 if whole_budget else finetune), name
       assert overrides["finetune.num_steps"] == 10000
       if name.endswith("_matched"):  # SPT's compute, from the SPT run of the same seed
@@ -358,8 +359,10 @@ def test_plateau_study_learning_rate_stage_gives_both_arms_the_same_grid():
   assert rates("spt") == rates("scratch") == {None, 1e-4, 1e-3}
   for lr in ("1e-4", "1e-3"):
     assert runs[f"spt_lr{lr}"]["finetune.init_from.source"] == "{workdir}/spt/seed_{seed}/pretrain"
+    # The other rates run to the cap (a slower rate escapes chance later than the rule waits).
+    assert runs[f"spt_lr{lr}"]["finetune.stop_on_plateau.patience"] == 0
     assert {k: v for k, v in runs[f"scratch_lr{lr}"].items() if k != "finetune.learning_rate"} \
-        == runs["scratch"]
+        == {**runs["scratch"], "finetune.stop_on_plateau.patience": 0}
   with pytest.raises(ValueError, match="Pathfinder only"):
     config_lib.load_config("configs/sweeps/lra_plateau.py:listops,lr")
 
