@@ -73,11 +73,12 @@ def accuracies(workdir: str, task: str, arm: str) -> list[float]:
 def draw(workdir: str, path: str) -> dict:
   """One row per task, a bar per finished arm grouped by stage; returns {task: {arm: [acc]}}."""
   tasks = [t for t in ("pathfinder", "listops") if os.path.isdir(os.path.join(workdir, t))]
-  layout = {t: {stage: [(a, k, accuracies(workdir, t, a)) for a, k in names]
-                for stage, names in stage_arms(t).items()} for t in tasks}
-  layout = {t: {st: [x for x in names if x[2]] for st, names in stages.items()}
-            for t, stages in layout.items()}
-  layout = {t: {st: names for st, names in stages.items() if names} for t, stages in layout.items()}
+  layout = {t: {} for t in tasks}  # task → stage → its finished arms: (name, kind, accuracies)
+  for t in tasks:
+    for stage, names in stage_arms(t).items():
+      finished = [(a, k, accs) for a, k in names if (accs := accuracies(workdir, t, a))]
+      if finished:
+        layout[t][stage] = finished
   widest = max([sum(map(len, s.values())) for s in layout.values()] + [4])
   fig, axes = plots.plt.subplots(max(1, len(tasks)), 1, squeeze=False,
                                  figsize=(max(6.5, 1.2 + INCH_PER_ARM * widest),

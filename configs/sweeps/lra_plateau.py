@@ -163,7 +163,8 @@ def _union(task: str, stages: list[str]) -> dict:
 
 
 def stage_names(task: str) -> tuple[str, ...]:
-  """The task's stages in the order the study runs them."""
+  """The task's stages, in the order tables and figures list them (scripts/lra_plateau_study.sh
+  decides the order they run in)."""
   return tuple(_stages(task))
 
 
