@@ -11,6 +11,7 @@ import math
 import os
 
 import ml_collections
+from ml_collections import config_dict
 
 from spt_jax import checkpoints, objectives, optim
 from spt_jax.data import tasks
@@ -66,6 +67,9 @@ def phase_config(objective: str, **overrides) -> ml_collections.ConfigDict:
                                     # improved `metric` by min_delta; 0: run to the cap. The cap
                                     # (num_steps / num_epochs) binds either way.
           min_delta=0.0,            # the least change that counts as an improvement (metric units)
+          # validations count towards patience only once the best value has passed this one
+          # (above it; below for a loss), e.g. a little above chance; None: from the first
+          after_passing=config_dict.placeholder(float),
           metric="")),              # validation metric watched: '' = select_on's
       attention_metrics_every_steps=0,  # > 0: log proximity metrics of a fixed val batch's attention
       # Pattern lists below take presets (param_groups.PRESETS: qk, qkvo, attention, mlp, norms,
@@ -182,6 +186,14 @@ def validate(config, device_count: int) -> None:
                        f"whole number of validations (0: no plateau stopping).")
     _positive(plateau.patience, f"{name}.stop_on_plateau.patience", allow_zero=True)
     _positive(plateau.min_delta, f"{name}.stop_on_plateau.min_delta", allow_zero=True)
+    if plateau.after_passing is not None and (
+        isinstance(plateau.after_passing, bool) or not isinstance(plateau.after_passing,
+                                                                  (int, float))):
+      raise ValueError(f"config.{name}.stop_on_plateau.after_passing={plateau.after_passing!r} "
+                       f"must be a number (a level of the watched metric) or None.")
+    if plateau.after_passing is not None and not plateau.patience:
+      raise ValueError(f"config.{name}.stop_on_plateau.after_passing={plateau.after_passing!r} "
+                       f"needs stop_on_plateau.patience > 0 (patience 0 runs to the cap).")
     for key in ("num_steps", "num_epochs", "warmup_steps", "eval_batch_size", "weight_decay",
                 "grad_clip_norm", "max_eval_batches"):
       _positive(p[key], f"{name}.{key}", allow_zero=True)

@@ -74,7 +74,8 @@ _ADDED_FIELDS = {**{f"model.{k}": v for k, v in transformer.section_defaults().i
                  "data.pixel_mean": 0.0, "data.pixel_std": 255.0, "data.downsample": 1,
                  "{phase}.weight_decay_on": "matrices", "{phase}.select_on": "",
                  "{phase}.stop_on_plateau.patience": 0, "{phase}.stop_on_plateau.min_delta": 0.0,
-                 "{phase}.stop_on_plateau.metric": "", "{phase}.match_compute_of": "",
+                 "{phase}.stop_on_plateau.metric": "", "{phase}.stop_on_plateau.after_passing": None,
+                 "{phase}.match_compute_of": "",
                  "{phase}.accumulate_steps": 1}
 
 

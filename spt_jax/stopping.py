@@ -4,14 +4,16 @@ it stops before its cap (`config.<phase>.stop_on_plateau`).
 The plateau rule, checked at every validation: the watched metric improves when it beats the best
 value so far by more than `min_delta` (lower is better for a loss, higher for anything else,
 objectives.base.higher_is_better); after `patience` validations in a row without an improvement the
-phase stops. The cap (num_steps / num_epochs) still binds, and the learning-rate schedule is laid
+phase stops. With `after_passing` set, validations without an improvement count only once the best
+value so far has passed it (above it; below it for a loss). The cap (num_steps / num_epochs) still binds, and the learning-rate schedule is laid
 over it, so a run that stops early trained exactly as the capped run did up to that step. Its state
 is saved with every latest checkpoint, so a killed run resumes to the same decision at the same step.
 
 A chance-level plateau is a plateau too: the rule cannot tell a run that never leaves chance from
-one that leaves it after more than `patience` validations (docs/lra_cpu.md has such a run). Where
-escapes from chance are slow, give a patience longer than the slowest escape, or read "stopped at
-chance" as "not within the patience" and run to the cap (patience 0) before calling it stuck.
+one that leaves it after more than `patience` validations (docs/lra_cpu.md has such runs). Where
+escapes from chance are slow, set `after_passing` a little above chance, so that a run still at
+chance trains to the cap and one that has escaped stops at its plateau; or read "stopped at chance"
+as "not within the patience" and run to the cap (patience 0) before calling it stuck.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class Plateau:
   metric: str
   patience: int
   min_delta: float
+  after_passing: float | None = None  # patience counts once `best` has passed it (None: at once)
   best: float | None = None
   best_step: int | None = None
   stale: int = 0
@@ -59,7 +62,16 @@ class Plateau:
     rule = phase_cfg.stop_on_plateau
     if rule.patience <= 0:
       return None
-    return cls(rule.metric or selection, int(rule.patience), float(rule.min_delta))
+    passing = None if rule.after_passing is None else float(rule.after_passing)
+    return cls(rule.metric or selection, int(rule.patience), float(rule.min_delta), passing)
+
+  @property
+  def armed(self) -> bool:
+    """Whether validations without an improvement count (`after_passing` passed, or unset)."""
+    if self.after_passing is None:
+      return True
+    return self.best is not None and improves(self.best, self.after_passing,
+                                              higher_is_better(self.metric))
 
   def observe(self, step: int, metrics: dict) -> bool:
     """Takes one validation's metrics; True when the phase should stop at `step`."""
@@ -67,11 +79,14 @@ class Plateau:
     if improves(value, self.best, higher_is_better(self.metric), self.min_delta):
       self.best, self.best_step, self.stale = value, step, 0
       return False
+    if not self.armed:
+      return False
     self.stale += 1
     if self.stale >= self.patience:
+      passed = "" if self.after_passing is None else f" after passing {self.after_passing:g}"
       self.stopped = (f"plateau: validation {self.metric} did not improve on {self.best:.6g} "
                       f"(step {self.best_step}) by more than {self.min_delta:g} in "
-                      f"{self.patience} validation(s)")
+                      f"{self.patience} validation(s){passed}")
       return True
     return False
 

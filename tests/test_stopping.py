@@ -72,6 +72,12 @@ def test_plateau_stops_at_the_same_step_with_kills_and_the_cap_binds(tmp_path, c
   result = experiment.run(capped, str(tmp_path / "capped"))["finetune"]
   assert (result["stopped_at_step"], result["stop_reason"]) == (9, "cap")
 
+  # A level the loss never passes keeps the rule from counting: the same run goes on to the cap.
+  unarmed = _plateau_config(cache_dir, **PLATEAU, after_passing=min(losses) - 0.5)
+  result = experiment.run(unarmed, str(tmp_path / "unarmed"))["finetune"]
+  assert (result["stopped_at_step"], result["stop_reason"]) == (60, "cap")
+  assert _val(str(tmp_path / "unarmed"), "loss")[:len(losses)] == _val(reference, "loss")
+
 
 def test_selection_on_validation_loss_picks_the_lowest(tmp_path, cache_dir):
   config = tiny(load_config("listops_scratch"), cache_dir, 9)
@@ -90,6 +96,9 @@ def test_selection_on_validation_loss_picks_the_lowest(tmp_path, cache_dir):
                                       r"validation metric of objective 'classification'; it "
                                       r"reports \['accuracy', 'loss'\]"),
     ("select_on", "r2", r"config.finetune.select_on='r2' is not a validation metric"),
+    ("stop_on_plateau.after_passing", 0.55, r"after_passing=0.55 needs "
+                                            r"stop_on_plateau.patience > 0"),
+    ("stop_on_plateau.after_passing", "chance", r"after_passing='chance' must be a number"),
 ])
 def test_bad_stopping_options_are_refused_before_training(tmp_path, cache_dir, field, value,
                                                           message):
@@ -116,6 +125,17 @@ def test_plateau_rule_counts_validations_without_improvement():
   with pytest.raises(ValueError, match="watched 'accuracy'"):
     stopping.Plateau("loss", 2, 0.0).restore(rule.to_meta())
   assert stopping.improves(0.9, 1.0, higher=False) and not stopping.improves(0.9, 1.0, True)
+
+
+@pytest.mark.parametrize("metric, chance, escaped", [("accuracy", 0.5, 0.6), ("loss", 0.69, 0.5)])
+def test_plateau_rule_waits_until_the_metric_has_passed_a_level(metric, chance, escaped):
+  rule = stopping.Plateau(metric, patience=2, min_delta=0.0, after_passing=0.55 if metric ==
+                          "accuracy" else 0.6)
+  at_chance = [rule.observe(s, {metric: chance}) for s in range(1, 9)]
+  assert not any(at_chance) and not rule.armed and rule.stale == 0
+  assert [rule.observe(s, {metric: escaped}) for s in (9, 10, 11)] == [False, False, True]
+  assert rule.armed and rule.best_step == 9 and "after passing" in rule.stopped
+  assert stopping.Plateau(metric, 2, 0.0).armed  # no level: counts from the first validation
 
 
 def test_training_flops_match_a_hand_count():
