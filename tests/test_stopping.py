@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, as_flags, load_config, tiny
+from conftest import ROOT, as_flags, load_config, load_script, tiny
 from spt_jax import checkpoints, config_lib, experiment, flops, stopping, tree
 from spt_jax.models import transformer
 
@@ -181,3 +181,28 @@ def test_compute_matched_scratch_trains_for_the_flops_of_the_run_it_matches(tmp_
   with pytest.raises(ValueError, match="results.json does not exist; the run to match must have "
                                        "finished"):
     experiment.run(matched, str(tmp_path / "matched_nothing"))
+
+
+def test_plateau_replay_script_finds_the_runs_a_rule_would_have_lost(tmp_path):
+  script = load_script("plateau_replay")
+  escapes_late = [0.5] * 8 + [0.6, 0.7, 0.72, 0.72, 0.72, 0.72]
+  for arm, curve in (("late", escapes_late), ("chance", [0.5] * 14)):
+    phase = tmp_path / arm / "seed_0" / "finetune"
+    phase.mkdir(parents=True)
+    records = [{"split": "train", "step": 1, "loss": 1.0}] + [
+        {"split": "val", "step": 100 * (i + 1), "accuracy": a} for i, a in enumerate(curve)]
+    (phase / "metrics.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
+  table = {arm: row for arm, *row in script.rows(str(tmp_path), "finetune", "accuracy", 3, 0.0,
+                                                 0.55)}
+  _, last, best, plain, passing = table["late"]
+  assert (last, best) == (1400, 0.72)
+  assert (plain.stop, plain.stopped, plain.best) == (400, True, 0.5)  # stopped at chance
+  assert (passing.stop, passing.stopped, passing.best) == (1400, True, 0.72)
+  _, _, _, plain, passing = table["chance"]
+  assert (plain.stop, passing.stop, passing.stopped) == (400, 1400, False)
+  text = script.markdown([(arm, *row) for arm, row in table.items()], "accuracy", 0.0, 0.55,
+                         differences=True)
+  assert "| late | 0 | 1,400 | 0.7200 | 400 | 0.5000 | 1,400 | 0.7200 |" in text
+  assert "| chance | 0 | 1,400 | 0.5000 | 400 | 0.5000 | ≥ 1,400 | 0.5000 |" in text
+  assert text.endswith("2 runs; the rule loses 1 (its best falls short of the run's by more than "
+                       "0), with after_passing=0.55 0.")
