@@ -1,7 +1,9 @@
 """scripts/lra_plateau_figure.py: the plateau study's summary figure covers every stage's arms, in
-the study's stage order, coloured by what their fine-tuning starts from."""
+the study's stage order, coloured by what their fine-tuning starts from; scripts/lra_plateau_table.py:
+a stage's per-seed table from the runs' results and validation curves."""
 import json
 
+import pytest
 from PIL import Image
 from conftest import load_script
 
@@ -48,3 +50,31 @@ def test_figure_draws_the_finished_arms_of_every_stage(tmp_path):
   assert data["listops"] == {"scratch": [0.36]}
   width, height = Image.open(out).size
   assert width > 600 and height > 2 * 300  # one row per task
+
+
+def _finish_run(workdir, arm, seed, test, stop, reason, best_val, curve, flops=(2e13, 3e13)):
+  run = workdir / "pathfinder" / arm / f"seed_{seed}"
+  (run / "finetune").mkdir(parents=True)
+  results = {"finetune": {"test_of_best": {"accuracy": test}, "stopped_at_step": stop,
+                          "stop_reason": reason, "best_val": {"accuracy": best_val},
+                          "train_flops": flops[1]},
+             "pretrain": {"train_flops": flops[0]}}
+  (run / "results.json").write_text(json.dumps(results))
+  records = [{"split": "val", "step": 250 * (i + 1), "accuracy": a} for i, a in enumerate(curve)]
+  (run / "finetune" / "metrics.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
+
+
+def test_stage_table_gives_each_seed_its_stop_and_first_step_past_the_threshold(tmp_path):
+  script = load_script("lra_plateau_table")
+  assert script.stage_arms("pathfinder", "lr")[:2] == ["spt", "scratch"]
+  _finish_run(tmp_path, "spt", 0, 0.80, 10_000, "cap", 0.81, [0.5, 0.61, 0.7])
+  _finish_run(tmp_path, "spt", 2, 0.78, 8_750, "plateau: …", 0.79, [0.5, 0.5, 0.65])
+  _finish_run(tmp_path, "scratch", 1, 0.503, 3_500, "plateau: …", 0.52, [0.5, 0.52])
+  text = script.markdown(str(tmp_path), "pathfinder", "lr", [0, 1, 2])
+  assert ("| `spt` | 80.0, —, 78.0 | 79.0 ± 1.4% | 10,000 cap, —, 8,750 plateau | 500, —, 750 "
+          "| 50.0 |") in text
+  assert ("| `scratch` | —, 50.3, — | 50.3% (1 seed) | —, 3,500 plateau at chance, — | —, never, — "
+          "| 50.0 |") in text
+  assert "spt_lr1e-4" not in text  # no finished seed: no row
+  with pytest.raises(ValueError, match="stages are"):
+    script.stage_arms("listops", "lr")

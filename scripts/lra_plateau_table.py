@@ -1,0 +1,121 @@
+r"""A stage's per-seed table of the plateau-budget study (docs/lra_cpu.md's "Pathfinder, seeds 0–2:
+stage (d)" and the like): per arm of configs/sweeps/lra_plateau.py's stage, the test accuracy at
+each seed, their mean ± sample std (ddof 1), where and why each fine-tuning stopped, the first
+step its validation accuracy reached the study's STEPS_TO threshold, and the training compute.
+
+  python scripts/lra_plateau_table.py --workdir=docs/results/lra_plateau/records \
+      --task=pathfinder --stage=lr --seeds=0,1,2
+
+Reads `<workdir>/<task>/<arm>/seed_<s>/results.json` and `finetune/metrics.jsonl`, which the
+committed records keep, so the tables regenerate without the runs' checkpoints. A seed that has
+not finished is shown as "—" and left out of the mean. Stops read "cap" (the step cap, or a
+compute-matched arm's budget) or "plateau"; "at chance" marks a run whose best validation accuracy
+is within 3 points of the task's chance level.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from spt_jax import config_lib, sweep  # noqa: E402
+
+STUDY = "configs/sweeps/lra_plateau.py"
+CHANCE = {"listops": 0.1, "pathfinder": 0.5}
+NEAR_CHANCE = 0.03
+
+
+def stage_arms(task: str, stage: str) -> list[str]:
+  """The arms of the study's `stage` on `task`, in the stage's order."""
+  if stage not in config_lib.load_module(STUDY).stage_names(task):
+    raise ValueError(f"--stage={stage!r}: {task}'s stages are "
+                     f"{config_lib.load_module(STUDY).stage_names(task)}.")
+  return [sweep.parse_run(spec)[0]
+          for spec in config_lib.load_config(f"{STUDY}:{task},{stage}").runs]
+
+
+def first_step_reaching(metrics_path: str, threshold: float) -> int | None:
+  """The first fine-tuning step whose validation accuracy is ≥ threshold (None: never)."""
+  with open(metrics_path) as f:
+    for line in f:
+      record = json.loads(line) if line.strip() else {}
+      if record.get("split") == "val" and record.get("accuracy", -1.0) >= threshold:
+        return record["step"]
+  return None
+
+
+def seed_row(workdir: str, task: str, arm: str, seed: int) -> dict | None:
+  """One finished run's figures (None: no fine-tuning results yet)."""
+  run = os.path.join(workdir, task, arm, f"seed_{seed}")
+  path = os.path.join(run, "results.json")
+  if not os.path.exists(path):
+    return None
+  results = json.load(open(path))
+  finetune = results.get("finetune")
+  if finetune is None:
+    return None
+  threshold = config_lib.load_module(STUDY).STEPS_TO[task]
+  metrics = os.path.join(run, "finetune", "metrics.jsonl")
+  flops = sum(phase.get("train_flops", 0.0) for phase in results.values()
+              if isinstance(phase, dict))
+  stop = finetune["stopped_at_step"]
+  reason = "cap" if finetune["stop_reason"] == "cap" else "plateau"
+  if finetune["best_val"]["accuracy"] <= CHANCE[task] + NEAR_CHANCE:
+    reason += " at chance"
+  return {"test": finetune["test_of_best"]["accuracy"], "stop": f"{stop:,} {reason}",
+          "reached": (first_step_reaching(metrics, threshold) if os.path.exists(metrics)
+                      else None), "tflop": flops / 1e12}
+
+
+def _per_seed(values: list[str]) -> str:
+  """'a, b, c', or 'a ×3' when every seed has the same value."""
+  if len(values) > 1 and len(set(values)) == 1:
+    return f"{values[0]} ×{len(values)}"
+  return ", ".join(values)
+
+
+def markdown(workdir: str, task: str, stage: str, seeds: list[int]) -> str:
+  threshold = config_lib.load_module(STUDY).STEPS_TO[task]
+  lines = [f"| arm | test accuracy (per seed) | mean ± std | stopped at (per seed) | "
+           f"≥ {threshold:.0%} at (per seed) | TFLOP (mean) |", "|---" * 6 + "|"]
+  for arm in stage_arms(task, stage):
+    rows = [seed_row(workdir, task, arm, s) for s in seeds]
+    done = [r for r in rows if r is not None]
+    if not done:
+      continue
+    tests = np.array([100 * r["test"] for r in done])
+    mean = (f"{tests.mean():.1f} ± {tests.std(ddof=1):.1f}%" if len(done) > 1
+            else f"{tests[0]:.1f}% (1 seed)")
+    lines.append("| " + " | ".join([
+        f"`{arm}`",
+        ", ".join("—" if r is None else f"{100 * r['test']:.1f}" for r in rows),
+        mean,
+        _per_seed(["—" if r is None else r["stop"] for r in rows]),
+        _per_seed(["—" if r is None else "never" if r["reached"] is None
+                   else f"{r['reached']:,}" for r in rows]),
+        f"{np.mean([r['tflop'] for r in done]):.1f}"]) + " |")
+  return "\n".join(lines)
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workdir", required=True, help="the study's workdir, or its records")
+  parser.add_argument("--task", required=True, choices=sorted(CHANCE))
+  parser.add_argument("--stage", required=True)
+  parser.add_argument("--seeds", default="0,1,2", help="comma-separated")
+  args = parser.parse_args()
+  try:
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(markdown(os.path.expanduser(args.workdir), args.task, args.stage, seeds))
+  except ValueError as e:
+    parser.error(str(e))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
