@@ -146,6 +146,18 @@ def test_a_sweep_overlays_its_arms_with_their_seed_spread(tmp_path):
   plots.plt.close(fig)
 
 
+def test_arms_past_the_colour_cycle_differ_by_line_style(tmp_path):
+  names = [f"arm{i}" for i in range(12)]
+  for name in names:
+    _fake_run(str(tmp_path / name / "seed_0"), [("finetune", 0.0)], 0)
+  fig = report.sweep_figure(str(tmp_path), names, (0,), "many arms")
+  lines = fig.axes[2].get_lines()
+  seen = {(line.get_color(), line.get_linestyle()) for line in lines}
+  assert len(lines) == len(seen) == 12  # no two arms look alike
+  assert lines[0].get_color() == lines[10].get_color() and lines[10].get_linestyle() == "--"
+  plots.plt.close(fig)
+
+
 def test_step_ticks_stay_apart_on_long_runs():
   """A 30,000-step axis gets a handful of short labels ('12k'), not five-digit numbers that
   run into each other."""

@@ -35,6 +35,7 @@ METRICS = "metrics.jsonl"
 FIGURE = "report.png"
 SUMMARY = "report.md"
 SWEEP_FIGURE = "curves.png"
+LINE_STYLES = ("-", "--", ":", "-.")
 LEVELS = reference_levels.LEVELS_FILE
 # Columns of the summary tables, in this order when present, then the rest alphabetically.
 _FIRST = ("loss", "accuracy", "r2")
@@ -388,9 +389,13 @@ def sweep_figure(workdir: str, runs: list[str], seeds, title: str = ""):
         steps, mean, std = seed_band([curve(p.records, split, m) for p in phases])
         if not len(steps):
           continue
-        color = colors[i % len(colors)]
-        ax.plot(steps, mean, color=color, lw=1.3, marker="o" if split == "val" else None, ms=2.5,
-                label=f"{run} ({len(phases)} seed{'s' if len(phases) > 1 else ''})")
+        # Past the colour cycle an arm would share a colour: the line style tells them apart
+        # (without markers, which would hide the dashes).
+        cycle = i // len(colors)
+        color, style = colors[i % len(colors)], LINE_STYLES[cycle % len(LINE_STYLES)]
+        marker = "o" if split == "val" and cycle == 0 else None
+        ax.plot(steps, mean, color=color, ls=style, lw=1.3 if cycle == 0 else 1.8, marker=marker,
+                ms=2.5, label=f"{run} ({len(phases)} seed{'s' if len(phases) > 1 else ''})")
         ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, lw=0)
       ax.set_title(f"{name}: {ylabel}", fontsize=10)
       _axes_finish(ax, ylabel)
