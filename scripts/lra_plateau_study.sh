@@ -8,11 +8,12 @@
 #           b: at three seeds those separate their arms already, while the claims that d tests
 #           (W_Q, W_K alone; freezing random attention) were undecided; then (lr) Pathfinder's
 #           fine-tuning learning rate, both arms alike: does SPT's gain survive each arm's best?
-#   pass 3  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b
+#   pass 3  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b, then of stage d
+#           (whose freezing verdict split 2 to 1 at three seeds; ~3 process-hours)
 #   pass 4  the init-scale study on Pathfinder (configs/sweeps/init_scales.py, docs/theory.md),
 #           which fine-tunes this study's SPT checkpoints
-#   pass 5  seeds 0-2: (c) SPT with those biases, and (d)'s finished runs skipped; Pathfinder,
-#           then ListOps; then Pathfinder's seeds 3-4 of c and d
+#   pass 5  seeds 0-2: (c) SPT with those biases; Pathfinder, then ListOps; then Pathfinder's
+#           seeds 3-4 of c
 #   pass 6  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
 #           plateau could change
 # A task's stages of one pass share a queue (`a+b`: a's runs first), so no core waits for another
@@ -58,12 +59,13 @@ stages() {  # task stages [seeds]
 for task in pathfinder listops; do stages "$task" a+b "$FIRST_SEEDS"; done
 stages pathfinder d+lr "$FIRST_SEEDS"
 stages pathfinder a+b
+stages pathfinder d
 # The init-scale study (docs/theory.md) fine-tunes this study's Pathfinder SPT checkpoints.
 for variant in pathfinder pathfinder,data; do
   sweep "configs/sweeps/init_scales.py:$variant" "$WORKDIR/pathfinder"
 done
-stages pathfinder c+d "$FIRST_SEEDS"
+stages pathfinder c "$FIRST_SEEDS"
 stages listops c "$FIRST_SEEDS"
-stages pathfinder c+d
+stages pathfinder c
 stages pathfinder e "$FIRST_SEEDS"
 stages listops e "$FIRST_SEEDS"

@@ -24,20 +24,19 @@ def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
       "lra_plateau.py:listops,a+b", "lra_plateau.py:listops,a", "lra_plateau.py:listops,b",
       "lra_plateau.py:pathfinder,d+lr", "lra_plateau.py:pathfinder,d", "lra_plateau.py:pathfinder,lr",
       "lra_plateau.py:pathfinder,a+b", "lra_plateau.py:pathfinder,a", "lra_plateau.py:pathfinder,b",
+      "lra_plateau.py:pathfinder,d",
       "init_scales.py:pathfinder", "init_scales.py:pathfinder,data",
-      "lra_plateau.py:pathfinder,c+d", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
-      "lra_plateau.py:listops,c",
-      "lra_plateau.py:pathfinder,c+d", "lra_plateau.py:pathfinder,c", "lra_plateau.py:pathfinder,d",
+      "lra_plateau.py:pathfinder,c", "lra_plateau.py:listops,c", "lra_plateau.py:pathfinder,c",
       "lra_plateau.py:pathfinder,e", "lra_plateau.py:listops,e"]
   sweep_calls = [c for c in calls if "spt_jax.sweep" in c]
-  # Stages a and b at seeds 0-2, then Pathfinder's d and lr at seeds 0-2; then a and b at every
+  # Stages a and b at seeds 0-2, then Pathfinder's d and lr at seeds 0-2; then a, b and d at every
   # seed of the config (Pathfinder's 3-4), then the init-scale study, before stage c at any seed;
-  # c and d at seeds 0-2 before their seeds 3-4; stage e at seeds 0-2.
+  # c at seeds 0-2 before its seeds 3-4; stage e at seeds 0-2.
   first_seeds = [c for c in sweep_calls if "--config.seeds=(0,1,2)" in c]
   every_seed = [c for c in sweep_calls if "--config.seeds" not in c and "lra_plateau" in c]
-  assert len(first_seeds) == 6 + 3 + 4 + 2 and len(every_seed) == 3 + 3
-  assert sweep_calls.index(every_seed[0]) == 9 and sweep_calls.index(every_seed[3]) == 18
-  assert [i for i, c in enumerate(sweep_calls) if "init_scales" in c] == [12, 13]
+  assert len(first_seeds) == 6 + 3 + 2 + 2 and len(every_seed) == 4 + 1
+  assert sweep_calls.index(every_seed[0]) == 9 and sweep_calls.index(every_seed[4]) == 17
+  assert [i for i, c in enumerate(sweep_calls) if "init_scales" in c] == [13, 14]
   assert not any("--config.seeds" in c for c in sweep_calls if "init_scales" in c)
   assert all(f"--workdir={workdir}/pathfinder" in c for c in sweep_calls if "init_scales" in c)
   # The study's runs keep the one XLA thread per core they started with.
