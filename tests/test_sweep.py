@@ -335,13 +335,19 @@ def test_plateau_study_stages_share_one_queue():
 def test_plateau_study_budgets_per_task():
   """docs/lra_cpu.md's budget table: ListOps runs both phases to their caps; Pathfinder stops on
   its plateau rules except the arms that run their whole budget by design (compute-matched, `_to_cap`
-  and stage lr's other rates)."""
+  and stage lr's other rates); stages c's and e's own arms count patience only past chance."""
   for task, pretrain, finetune in (("listops", 0, 0), ("pathfinder", 4, 12)):
     for name, overrides in (sweep.parse_run(r) for r in sweep.check_sweep(config_lib.load_config(
         f"configs/sweeps/lra_plateau.py:{task},a+b+c+d+e+lr" if task == "pathfinder"
         else f"configs/sweeps/lra_plateau.py:{task},a+b+c+e")).runs):
       whole_budget = name.endswith(("_matched", "_to_cap")) or "_lr" in name
       assert overrides["finetune.stop_on_plateau.patience"] == (0 if whole_budget else finetune), name
+      # Stages c's and e's own Pathfinder arms wait for validation to leave chance; no earlier
+      # stage's run changes.
+      waits = task == "pathfinder" and (name.startswith("spt_") and name.split("_", 1)[1] in (
+          "alibi", "rope", "alibi2d", "rope2d", "1L", "other_data") or name == "scratch_1L")
+      assert overrides.get("finetune.stop_on_plateau.after_passing") == (0.55 if waits else None), \
+          name
       assert overrides["finetune.num_steps"] == 10000
       if name.endswith("_matched"):  # SPT's compute, from the SPT run of the same seed
         assert overrides["finetune.match_compute_of"] == "{workdir}/spt/seed_{seed}", name
