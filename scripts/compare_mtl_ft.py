@@ -128,8 +128,6 @@ def _theirs(mtl_dir: str, path_in: str, path_out: str) -> None:
 
 
 def _ours(args):
-  import jax
-  import jax.numpy as jnp
   from spt_jax.theory import diagonal as dn
   from spt_jax.theory import implicit_bias as ib
 

@@ -188,7 +188,7 @@ def check_same_data_everywhere(section: str, task: tasks.TaskData) -> None:
     raise ValueError(
         f"The processes loaded different data for config.{section} ({task.source} on process "
         f"{jax.process_index()}): " + "; ".join(bad) + ". Each process reads its own copy: delete "
-        f"the differing cache_dir copies (or point data_dir at one shared copy) and rerun.")
+        "the differing cache_dir copies (or point data_dir at one shared copy) and rerun.")
 
 
 def check_workdir_data(name: str, phase_dir: str, task: tasks.TaskData, fingerprint: str) -> None:

@@ -21,7 +21,6 @@ import signal
 import sys
 from unittest import mock
 
-import subprocess
 
 import numpy as np
 import pytest

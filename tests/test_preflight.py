@@ -10,7 +10,6 @@ import pytest
 from conftest import load_config, tiny
 from spt_jax import config_lib, experiment, platform, preflight, tree
 from spt_jax.models import transformer
-from spt_jax.models import transformer
 
 TOKENS = (np.arange(4 * 64).reshape(4, 64) * 7 % 13 + 3).astype(np.int32)
 TOKENS[:, 50:] = 0  # padding, excluded from attention and pooling

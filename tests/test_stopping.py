@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, as_flags, load_config, load_script, tiny
-from spt_jax import checkpoints, config_lib, experiment, flops, stopping, tree
+from spt_jax import checkpoints, experiment, flops, stopping, tree
 from spt_jax.models import transformer
 
 PLATEAU = dict(patience=2, min_delta=0.02, metric="loss")

@@ -3,7 +3,6 @@ by the phase directory, the same scalars as metrics.jsonl at the same steps, the
 summary; a resumed phase continues the same W&B run."""
 import glob
 import json
-import os
 
 import pytest
 

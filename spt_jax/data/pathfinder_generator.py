@@ -545,7 +545,7 @@ class _Canvas:
 
   def _seed(self, mask: np.ndarray, band: int, stop_when_full: bool, contrast: float) -> _Snake:
     """A snake's first dash, started on a free pixel at least band from the border, or _Failed."""
-    d, rng = self.d, self.rng
+    rng = self.rng
     for _ in range(_DASH_TRIES):
       angle = _random_angle(rng)
       dash = self.st.dash(angle)
