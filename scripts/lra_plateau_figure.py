@@ -24,7 +24,6 @@ import numpy as np  # noqa: E402
 from spt_jax import config_lib, sweep  # noqa: E402
 from spt_jax.analysis import plots  # noqa: E402
 
-CHANCE = {"listops": 0.1, "pathfinder": 0.5}
 STUDY = "configs/sweeps/lra_plateau.py"
 # What the fine-tuning run starts from, by the colour of its bar.
 KINDS = {"spt": ("tab:blue", "every pretrained weight loaded"),
@@ -98,7 +97,8 @@ def draw(workdir: str, path: str) -> dict:
                    color="black", s=12, zorder=3)
         labels.append(f"{name} ({len(values)})")
         i += 1
-    ax.axhline(100 * CHANCE[task], color="grey", linestyle="--", linewidth=0.8)
+    chance = config_lib.load_module(STUDY).CHANCE[task]
+    ax.axhline(100 * chance, color="grey", linestyle="--", linewidth=0.8)
     if not i:  # the task's runs have started but none has finished
       ax.set_ylim(0, 100)
       ax.text(0.5, 0.5, "no finished run yet", transform=ax.transAxes, ha="center", va="center",

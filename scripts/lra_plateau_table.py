@@ -26,7 +26,6 @@ import numpy as np  # noqa: E402
 from spt_jax import config_lib, sweep  # noqa: E402
 
 STUDY = "configs/sweeps/lra_plateau.py"
-CHANCE = {"listops": 0.1, "pathfinder": 0.5}
 NEAR_CHANCE = 0.03
 
 
@@ -59,16 +58,16 @@ def seed_row(workdir: str, task: str, arm: str, seed: int) -> dict | None:
   finetune = results.get("finetune")
   if finetune is None:
     return None
-  threshold = config_lib.load_module(STUDY).STEPS_TO[task]
+  study = config_lib.load_module(STUDY)
   metrics = os.path.join(run, "finetune", "metrics.jsonl")
   flops = sum(phase.get("train_flops", 0.0) for phase in results.values()
               if isinstance(phase, dict))
   stop = finetune["stopped_at_step"]
   reason = "cap" if finetune["stop_reason"] == "cap" else "plateau"
-  if finetune["best_val"]["accuracy"] <= CHANCE[task] + NEAR_CHANCE:
+  if finetune["best_val"]["accuracy"] <= study.CHANCE[task] + NEAR_CHANCE:
     reason += " at chance"
   return {"test": finetune["test_of_best"]["accuracy"], "stop": f"{stop:,} {reason}",
-          "reached": (first_step_reaching(metrics, threshold) if os.path.exists(metrics)
+          "reached": (first_step_reaching(metrics, study.STEPS_TO[task]) if os.path.exists(metrics)
                       else None), "tflop": flops / 1e12}
 
 
@@ -105,7 +104,7 @@ def markdown(workdir: str, task: str, stage: str, seeds: list[int]) -> str:
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the study's workdir, or its records")
-  parser.add_argument("--task", required=True, choices=sorted(CHANCE))
+  parser.add_argument("--task", required=True, choices=config_lib.load_module(STUDY).TASKS)
   parser.add_argument("--stage", required=True)
   parser.add_argument("--seeds", default="0,1,2", help="comma-separated")
   args = parser.parse_args()

@@ -70,6 +70,8 @@ PRETRAIN_CAP = {"listops": 20_000, "pathfinder": 10_000}
 OTHER_LEARNING_RATES = ("1e-4", "1e-3")
 # Validation accuracy whose first fine-tuning step is reported (as in configs/sweeps/lra_cpu.py).
 STEPS_TO = {"listops": 0.30, "pathfinder": 0.60}
+# Test accuracy of guessing (ListOps: 10 classes; Pathfinder: 2), as the study's figures draw it.
+CHANCE = {"listops": 0.1, "pathfinder": 0.5}
 
 # ListOps runs each phase to its cap: its masked loss can sit within 0.005 nats for 2,000 steps at
 # the neighbour-syntax level and then fall again, and its fine-tuning accuracy within 0.5 points for
