@@ -4,7 +4,10 @@ each seed, their mean ± sample std (ddof 1), where and why each fine-tuning sto
 step its validation accuracy reached the study's STEPS_TO threshold, and the training compute.
 
   python scripts/lra_plateau_table.py --workdir=docs/results/lra_plateau/records \
-      --task=pathfinder --stage=lr --seeds=0,1,2
+      --task=pathfinder --stage=lr --seeds=0,1,2 --difference=spt,scratch_lr1e-3
+
+`--difference=A,B` (repeatable) adds, for arms A and B (any arms of the task), A's test accuracy
+minus B's per seed and their mean ± sample std over the seeds both have finished.
 
 Reads `<workdir>/<task>/<arm>/seed_<s>/results.json` and `finetune/metrics.jsonl`, which the
 committed records keep, so the tables regenerate without the runs' checkpoints. A seed that has
@@ -101,18 +104,45 @@ def markdown(workdir: str, task: str, stage: str, seeds: list[int]) -> str:
   return "\n".join(lines)
 
 
+def difference(workdir: str, task: str, a: str, b: str, seeds: list[int]) -> str:
+  """`a − b` in test accuracy points, per seed both finished, and their mean ± sample std."""
+  pairs = [(s, seed_row(workdir, task, a, s), seed_row(workdir, task, b, s)) for s in seeds]
+  diffs = [(s, 100 * (ra["test"] - rb["test"])) for s, ra, rb in pairs if ra and rb]
+  if not diffs:
+    return f"{a} − {b}: no seed has both finished"
+  values = np.array([d for _, d in diffs])
+  spread = f" ± {values.std(ddof=1):.1f}" if len(values) > 1 else ""
+  signed = lambda x: f"{x:+.1f}".replace("-", "−")
+  return (f"{a} − {b}: {', '.join(signed(d) for _, d in diffs)} (seeds "
+          f"{', '.join(str(s) for s, _ in diffs)}) → {signed(values.mean())}{spread} points")
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="the study's workdir, or its records")
   parser.add_argument("--task", required=True, choices=config_lib.load_module(STUDY).TASKS)
   parser.add_argument("--stage", required=True)
   parser.add_argument("--seeds", default="0,1,2", help="comma-separated")
+  parser.add_argument("--difference", action="append", default=[], metavar="A,B",
+                      help="arm A's test accuracy minus arm B's, per seed (repeatable)")
   args = parser.parse_args()
+  workdir = os.path.expanduser(args.workdir)
+  pairs = []
+  for pair in args.difference:  # every pair checked before anything is printed
+    a, sep, b = pair.partition(",")
+    if not (sep and a and b):
+      parser.error(f"--difference={pair!r} must be two arms joined by ',', e.g. spt,scratch")
+    for arm in (a, b):
+      if not os.path.isdir(os.path.join(workdir, args.task, arm)):
+        parser.error(f"--difference={pair!r}: {args.task} has no arm {arm!r} in {workdir}")
+    pairs.append((a, b))
   try:
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(markdown(os.path.expanduser(args.workdir), args.task, args.stage, seeds))
+    print(markdown(workdir, args.task, args.stage, seeds))
   except ValueError as e:
     parser.error(str(e))
+  for a, b in pairs:
+    print(difference(workdir, args.task, a, b, seeds))
   return 0
 
 

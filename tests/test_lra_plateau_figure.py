@@ -76,5 +76,10 @@ def test_stage_table_gives_each_seed_its_stop_and_first_step_past_the_threshold(
   assert ("| `scratch` | —, 50.3, — | 50.3% (1 seed) | —, 3,500 plateau at chance, — | —, never, — "
           "| 50.0 |") in text
   assert "spt_lr1e-4" not in text  # no finished seed: no row
+  _finish_run(tmp_path, "scratch", 0, 0.75, 10_000, "cap", 0.76, [0.5, 0.6])
+  _finish_run(tmp_path, "scratch", 2, 0.70, 10_000, "cap", 0.71, [0.5, 0.6])
+  assert script.difference(str(tmp_path), "pathfinder", "spt", "scratch", [0, 1, 2]) == (
+      "spt − scratch: +5.0, +8.0 (seeds 0, 2) → +6.5 ± 2.1 points")  # seed 1: SPT unfinished
+  assert "no seed" in script.difference(str(tmp_path), "pathfinder", "spt", "qk", [0, 1, 2])
   with pytest.raises(ValueError, match="stages are"):
     script.stage_arms("listops", "lr")
