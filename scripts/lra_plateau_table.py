@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from spt_jax import config_lib, sweep  # noqa: E402
+from spt_jax.analysis import report  # noqa: E402
 
 STUDY = "configs/sweeps/lra_plateau.py"
 NEAR_CHANCE = 0.03
@@ -43,12 +44,8 @@ def stage_arms(task: str, stage: str) -> list[str]:
 
 def first_step_reaching(metrics_path: str, threshold: float) -> int | None:
   """The first fine-tuning step whose validation accuracy is ≥ threshold (None: never)."""
-  with open(metrics_path) as f:
-    for line in f:
-      record = json.loads(line) if line.strip() else {}
-      if record.get("split") == "val" and record.get("accuracy", -1.0) >= threshold:
-        return record["step"]
-  return None
+  val = report.curve(report.read_metrics(metrics_path), "val", "accuracy")
+  return next((step for step, value in sorted(val.items()) if value >= threshold), None)
 
 
 def seed_row(workdir: str, task: str, arm: str, seed: int) -> dict | None:

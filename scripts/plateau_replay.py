@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import sys
 from typing import NamedTuple
@@ -22,6 +21,7 @@ from typing import NamedTuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spt_jax import stopping  # noqa: E402
+from spt_jax.analysis import report  # noqa: E402
 from spt_jax.objectives.base import higher_is_better  # noqa: E402
 
 
@@ -32,11 +32,9 @@ class Decision(NamedTuple):
 
 
 def validation_curve(metrics_path: str, metric: str) -> list[tuple[int, float]]:
-  """(step, value) of every validation record of `metric` in a phase's metrics.jsonl."""
-  with open(metrics_path) as f:
-    records = [json.loads(line) for line in f if line.strip()]
-  return [(r["step"], float(r[metric])) for r in records
-          if r.get("split") == "val" and metric in r]
+  """(step, value) of every validation of `metric` in a phase's metrics.jsonl, in step order (a
+  resumed run's last record per step; report.read_metrics' handling of a cut-short line)."""
+  return sorted(report.curve(report.read_metrics(metrics_path), "val", metric).items())
 
 
 def replay(curve, metric: str, patience: int, min_delta: float,
