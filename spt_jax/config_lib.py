@@ -305,8 +305,9 @@ def apply_variant(config, arg, filename: str) -> None:
 
 def sweep_config(*, base: str, runs, title: str, seeds=(0, 1, 2), x_values=(), x_label: str = "",
                  metrics=("finetune.test_of_best.accuracy",), steps_to: float = 0.9,
-                 output: str = ""):
+                 output: str = "", run_seeds=None):
   """A sweep config for `python -m spt_jax.sweep` (fields: see spt_jax/sweep.py's docstring)."""
   return ml_collections.ConfigDict(dict(
       base=base, runs=tuple(runs), title=title, seeds=tuple(seeds), x_values=tuple(x_values),
-      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to), output=output))
+      x_label=x_label, metrics=tuple(metrics), steps_to=float(steps_to), output=output,
+      run_seeds={name: tuple(s) for name, s in (run_seeds or {}).items()}))

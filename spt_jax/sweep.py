@@ -7,6 +7,9 @@ r"""Runs a grid of configs × seeds, skips finished runs, and writes a table and
 A sweep config (ml_collections) has:
   base       the run config, 'configs/x.py' or 'configs/x.py:variant'
   seeds      seeds each run is repeated with
+  run_seeds  optional {run name: seeds}: those runs only at those of `seeds` listed here (none: not
+             run, not in the table), e.g. a re-run without a stopping rule of just the seeds that
+             the rule stopped early
   runs       strings 'name: key=value key=value ...' — overrides of the base config (dotted keys as on
              the command line; `config=configs/y.py:variant` replaces the base for that run).
              `{workdir}` and `{seed}` in a value are substituted, so a run can start from another
@@ -69,7 +72,7 @@ from spt_jax.metric_writers import is_url, read_json, workdir_path, write_json, 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fields of a sweep config (see the module docstring); the optional ones default to "not asked for".
 REQUIRED = ("base", "seeds", "runs", "metrics", "title")
-OPTIONAL = {"steps_to": 0.0, "x_values": (), "x_label": "", "output": ""}
+OPTIONAL = {"steps_to": 0.0, "x_values": (), "x_label": "", "output": "", "run_seeds": {}}
 RUN_SPEC = "run_spec.json"
 _REFERENCE = re.compile(r"\{workdir\}/([^/{}]+)/")
 # Fields that must hold a non-empty sequence of this type (a bare string is a common slip).
@@ -91,9 +94,30 @@ def check_sweep(sweep, source: str = "the sweep config"):
     if name in fields and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))
                            or not value or not all(isinstance(v, kind) for v in value)):
       problems.append(f"{name!r} must be a non-empty list of {kind.__name__}, got {value!r}")
+  run_seeds = fields.get("run_seeds") or {}
+  if isinstance(run_seeds, ml_collections.ConfigDict):
+    run_seeds = run_seeds.to_dict()
+  if not isinstance(run_seeds, dict):
+    problems.append(f"'run_seeds' must map run names to seeds, got {run_seeds!r}")
+  else:
+    names = {s.split(":", 1)[0].strip() for s in fields.get("runs") or () if isinstance(s, str)}
+    for name, seeds in run_seeds.items():
+      if name not in names:
+        problems.append(f"'run_seeds' names run {name!r}, which 'runs' does not list")
+      elif (isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds
+            or not all(isinstance(seed, int) for seed in seeds)):
+        problems.append(f"'run_seeds' of {name!r} must be a non-empty list of int, got {seeds!r}")
   if problems:
     raise ValueError(f"{source}: {'; '.join(problems)} (fields: see spt_jax/sweep.py).")
-  return ml_collections.ConfigDict({**OPTIONAL, **fields})
+  return ml_collections.ConfigDict({**OPTIONAL, **fields, "run_seeds": {
+      name: tuple(seeds) for name, seeds in run_seeds.items()}})
+
+
+def seeds_of(sweep, name: str) -> tuple[int, ...]:
+  """The seeds a sweep runs `name` at: those of the sweep's seeds that its `run_seeds` entry
+  lists, so that a sweep narrowed to fewer seeds (`--config.seeds`) narrows these too."""
+  only = sweep.run_seeds.get(name)
+  return tuple(s for s in sweep.seeds if only is None or s in only)
 
 
 def parse_run(spec: str) -> tuple[str, dict]:
@@ -558,7 +582,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
     for missing in sorted(references(overrides) - set(names)):
       # A run outside the sweep may be started from once it has finished at every seed (a stage
       # of a study sliced out of a larger sweep); its recorded spec says what finished means.
-      unfinished = [seed for seed in sweep.seeds
+      unfinished = [seed for seed in seeds_of(sweep, name)
                     if not _finished_elsewhere(os.path.join(workdir, missing, f"seed_{seed}"))]
       if unfinished:
         raise ValueError(f"{source}: run {name!r} starts from run {missing!r}, which the sweep "
@@ -567,9 +591,15 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
   def substitute(overrides, seed):
     return {k: v.format(workdir=os.fspath(workdir_path(workdir)), seed=seed)
             if isinstance(v, str) else v for k, v in overrides.items()}
+  for name, overrides in runs:
+    for source in sorted(references(overrides) & set(names)):
+      missing = sorted(set(seeds_of(sweep, name)) - set(seeds_of(sweep, source)))
+      if missing:
+        raise ValueError(f"{source}: run {name!r} starts from run {source!r}, which 'run_seeds' "
+                         f"leaves out at seed(s) {missing}.")
   all_runs = []
   for name, ov in runs:
-    for seed in sweep.seeds:
+    for seed in seeds_of(sweep, name):
       overrides = substitute(ov, seed)
       overrides.setdefault("config", sweep.base)
       all_runs.append(Run(name, overrides, seed, os.path.join(workdir, name, f"seed_{seed}"),
@@ -593,7 +623,7 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
     return rows
   try:  # curves.png next to plot.png: every arm's learning curves, mean ± std over the seeds.
     from spt_jax.analysis import report
-    report.sweep_curves(workdir, names, sweep.seeds,
+    report.sweep_curves(workdir, names, sorted({s for n in names for s in seeds_of(sweep, n)}),
                         os.path.join(workdir, sweep.output, report.SWEEP_FIGURE), sweep.title)
   except Exception as e:  # noqa: BLE001 - the table and plot stand without it
     logging.warning("Sweep curves not drawn (%s: %s).", type(e).__name__, e)
@@ -603,8 +633,10 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
 def summarise(sweep, runs, workdir: str) -> list[dict]:
   rows = []
   for i, (name, _) in enumerate(runs):
+    if not seeds_of(sweep, name):
+      continue
     per_seed = []
-    for seed in sweep.seeds:
+    for seed in seeds_of(sweep, name):
       run_dir = os.path.join(workdir, name, f"seed_{seed}")
       results = read_json(workdir_path(run_dir) / "results.json")
       values = {m: _lookup(results, m) for m in sweep.metrics}
@@ -652,8 +684,10 @@ def write_outputs(sweep, rows: list[dict], workdir: str) -> None:
   if any(r.get(f"{COMPUTE}_mean") is not None for r in rows):
     keys.append(COMPUTE)
   header = ["run"] + (["x"] if sweep.x_values else []) + keys
-  lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}; mean ± "
-           f"std over the seeds (numpy's default std, ddof 0)" + (
+  fewer = "".join(f" ({r['run']} at seeds {list(seeds_of(sweep, r['run']))} only)" for r in rows
+                  if r["run"] in sweep.run_seeds)
+  lines = [f"## {sweep.title}", "", f"base: `{sweep.base}`, seeds: {list(sweep.seeds)}{fewer}; "
+           f"mean ± std over the seeds (numpy's default std, ddof 0)" + (
       f"; steps_to_val = first fine-tune step with validation accuracy >= {sweep.steps_to} "
       f"(mean over the seeds that reached it)" if sweep.steps_to > 0 else ""), "",
            "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

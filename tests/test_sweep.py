@@ -216,6 +216,43 @@ def test_a_run_may_start_from_an_unlisted_run_once_it_has_finished(tmp_path, mon
   assert not (tmp_path / "child" / "seed_2").exists()
 
 
+def test_run_seeds_run_an_arm_at_some_seeds_only(tmp_path, monkeypatch):
+  """A re-run of the seeds a stopping rule cut short: that arm at those seeds only, in the table
+  with as many seeds; a name or seed the sweep does not have is refused before anything runs."""
+  started = []
+
+  def fake_run(overrides, seed, run_dir, cores=None, threads=0):
+    started.append((os.path.basename(os.path.dirname(run_dir)), seed))
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "results.json"), "w") as f:
+      sweep.json.dump({"pretrain": {}, "finetune": {"steps": seed + 1}}, f)
+
+  monkeypatch.setattr(sweep, "_run_subprocess", fake_run)
+  child = "child: phases=finetune finetune.init_from.source={workdir}/parent/seed_{seed}/pretrain"
+  cfg = lambda run_seeds, runs=("parent:", "rerun:"): config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=(0, 1, 2), title="t",
+      metrics=("finetune.steps",), runs=runs, run_seeds=run_seeds)
+  rows = {r["run"]: r for r in sweep.run_sweep(cfg({"rerun": (2,)}), str(tmp_path), processes=2)}
+  assert sorted(started) == [("parent", 0), ("parent", 1), ("parent", 2), ("rerun", 2)]
+  assert (rows["rerun"]["seeds"], rows["rerun"]["finetune.steps_mean"]) == (1, 3.0)
+  assert (rows["parent"]["seeds"], rows["parent"]["finetune.steps_mean"]) == (3, 2.0)
+  assert "(rerun at seeds [2] only)" in (tmp_path / "table.md").read_text()
+  narrowed = cfg({"rerun": (2,)})  # as --config.seeds='(0,1)' narrows it: rerun has no seed left
+  narrowed.seeds = (0, 1)
+  assert [r["run"] for r in sweep.run_sweep(narrowed, str(tmp_path))] == ["parent"]
+  assert len(started) == 4
+  for run_seeds, problem in (({"typo": (2,)}, "'run_seeds' names run 'typo', which 'runs' does "
+                                              "not list"),
+                             ({"rerun": ("2",)}, r"'run_seeds' of 'rerun' must be a non-empty "
+                                                 r"list of int, got \('2',\)")):
+    with pytest.raises(ValueError, match=problem):
+      sweep.run_sweep(cfg(run_seeds), str(tmp_path / "refused"))
+  with pytest.raises(ValueError, match=r"run 'child' starts from run 'parent', which 'run_seeds' "
+                                       r"leaves out at seed\(s\) \[0, 1\]"):
+    sweep.run_sweep(cfg({"parent": (2,)}, runs=("parent:", child)), str(tmp_path / "refused"))
+  assert not (tmp_path / "refused").exists()
+
+
 def test_sweeps_sharing_a_workdir_refuse_a_run_name_with_another_spec(tmp_path):
   run_dir = tmp_path / "spt" / "seed_0"
   sweep.check_run_spec(str(run_dir), {"overrides": {"config": "a.py"}, "seed": 0})

@@ -25,7 +25,10 @@ Stages (in stage_names' order, which the study's figures follow; each writes its
      chance was still gaining within the plateau rule's window at the 10,000-step cap; and on
      Pathfinder 2D ALiBi without the rule (scratch_alibi2d_to_cap, added 2026-12-07 before any of
      its runs): `qkvo` seed 1, stopped by the rule at chance at 3,500 steps, reached 60% at 4,500
-     when run to the cap, so every arm the rule stopped at chance is run to the cap once
+     when run to the cap, so every arm the rule stopped at chance is run to the cap once; and on
+     Pathfinder 1D RoPE without the rule at seed 4 (scratch_rope_to_cap, added 2026-12-07 before
+     its run): the one seed of 1D RoPE that the rule stopped at chance (at 3,250 steps; seeds 0-3
+     ran to the cap, so their runs without the rule would be the same runs)
   c  SPT with the same position options (fine-tuning's rule waits until validation accuracy has
      passed AFTER_PASSING, so that no arm stopped at chance needs a re-run to the cap)
   d  Pathfinder's ablations re-run under these budgets: hybrid init (qk, qkvo) and frozen attention;
@@ -78,6 +81,9 @@ CHANCE = {"listops": 0.1, "pathfinder": 0.5}
 # 3,000 steps and then climb (docs/lra_cpu.md, "Plateau budgets").
 PRETRAIN_PATIENCE = {"listops": 0, "pathfinder": 4}
 FINETUNE_PATIENCE = {"listops": 0, "pathfinder": 12}
+# Arms run at some seeds only (the sweep's `run_seeds`): a re-run to the cap of the seeds that the
+# plateau rule stopped at chance, where the other seeds ran to the cap under the rule already.
+RUN_SEEDS = {"pathfinder": {"scratch_rope_to_cap": (4,)}, "listops": {}}
 # Validation accuracy that the fine-tuning rule of stages c's and e's own arms waits for before it
 # counts patience (decided 2026-12-07, before any of their runs): a run still at chance trains to the
 # cap in one run, where the earlier stages' arms were re-run to the cap (`_to_cap`) after the rule
@@ -131,7 +137,9 @@ def _stages(task: str) -> dict:
                     f"{finetune(task, plateau=False)} model.position=alibi",
                     f"scratch_alibi2d_to_cap: config=configs/{task}_scratch.py:cpu "
                     f"{finetune(task, plateau=False)} model.position=alibi2d",
-                    f"scratch_rope2d_matched: {matched} model.position=rope2d"]
+                    f"scratch_rope2d_matched: {matched} model.position=rope2d",
+                    f"scratch_rope_to_cap: config=configs/{task}_scratch.py:cpu "
+                    f"{finetune(task, plateau=False)} model.position=rope"]
                    if task == "pathfinder" else []),
                 title=f"{task} (cpu, plateau budgets): from scratch with a proximity bias"),
       "c": dict(runs=[f"spt: {spt}"] + [f"spt_{p}: {spt_waits} model.position={p}"
@@ -191,7 +199,9 @@ def get_config(arg=None):
                      f"stage in {stage_names('pathfinder')} (lr: Pathfinder only) or several "
                      f"joined by '+' (e.g. 'a+b'), got {arg!r}.")
   s = _stages(task)[stage] if len(stages) == 1 else _union(task, stages)
+  names = {spec.partition(":")[0] for spec in s["runs"]}
   return sweep_config(base=f"configs/{task}_spt.py:cpu", runs=s["runs"], seeds=SEEDS[task],
+                      run_seeds={n: v for n, v in RUN_SEEDS[task].items() if n in names},
                       title=s["title"], output=stage, steps_to=STEPS_TO[task],
                       metrics=("finetune.test_of_best.accuracy", "finetune.best_val.accuracy",
                                "finetune.stopped_at_step"))
