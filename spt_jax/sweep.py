@@ -592,10 +592,10 @@ def run_sweep(sweep, workdir: str, processes: int = 1, source: str = "the sweep 
     return {k: v.format(workdir=os.fspath(workdir_path(workdir)), seed=seed)
             if isinstance(v, str) else v for k, v in overrides.items()}
   for name, overrides in runs:
-    for source in sorted(references(overrides) & set(names)):
-      missing = sorted(set(seeds_of(sweep, name)) - set(seeds_of(sweep, source)))
+    for parent in sorted(references(overrides) & set(names)):
+      missing = sorted(set(seeds_of(sweep, name)) - set(seeds_of(sweep, parent)))
       if missing:
-        raise ValueError(f"{source}: run {name!r} starts from run {source!r}, which 'run_seeds' "
+        raise ValueError(f"{source}: run {name!r} starts from run {parent!r}, which 'run_seeds' "
                          f"leaves out at seed(s) {missing}.")
   all_runs = []
   for name, ov in runs:

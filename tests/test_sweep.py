@@ -247,7 +247,8 @@ def test_run_seeds_run_an_arm_at_some_seeds_only(tmp_path, monkeypatch):
                                                  r"list of int, got \('2',\)")):
     with pytest.raises(ValueError, match=problem):
       sweep.run_sweep(cfg(run_seeds), str(tmp_path / "refused"))
-  with pytest.raises(ValueError, match=r"run 'child' starts from run 'parent', which 'run_seeds' "
+  with pytest.raises(ValueError, match=r"^the sweep config: run 'child' starts from run 'parent', "
+                                       r"which 'run_seeds' "
                                        r"leaves out at seed\(s\) \[0, 1\]"):
     sweep.run_sweep(cfg({"parent": (2,)}, runs=("parent:", child)), str(tmp_path / "refused"))
   assert not (tmp_path / "refused").exists()
