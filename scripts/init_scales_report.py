@@ -18,7 +18,12 @@ diagonal networks to Transformers"): per arm, mean ± std over the seeds of
       --workdir=~/spt_runs/init_scales --out=docs/results/init_scales/synthetic
 
 Writes `<out>/table.md`, `<out>/rows.json` and `<out>/summary.png`; an arm's seeds that have not
-finished are left out, and the table says how many each arm has.
+finished are left out, and the table says how many each arm has. The measured columns need a run's
+hand-off and best checkpoints; each run's are kept in its `finetune/init_scales_row.json` (which
+`scripts/run_records.py` saves), so they outlive the checkpoints: run the report while they exist
+(`scripts/lra_plateau_study.sh` does after each init-scale sweep). ENSD's pretrained
+representation is the `spt` arm's hand-off, or where its checkpoints are gone (runs restored from
+records) that of another arm whose loaded encoder is the same (`unscaled_arms`: γ_FT, data size).
 
 With `--handoff` it reads only the `spt` arm's hand-off and applies each arm's init-scale settings
 to it (`spt_jax.init_from.apply_scales`, what the arm's fine-tuning would start from): the band
@@ -45,7 +50,12 @@ from spt_jax.data.vocab import PAD_ID  # noqa: E402
 
 ATTENTION_EXAMPLES = 16
 REPRESENTATION_EXAMPLES = 512
-COLUMNS = ("test_accuracy", "band_mass", "mean_distance", "pr_loaded", "pr_tuned", "ensd")
+MEASURED = ("band_mass", "mean_distance", "pr_loaded", "pr_tuned", "ensd")
+COLUMNS = ("test_accuracy",) + MEASURED
+# init_from settings that leave the loaded encoder as SPT left it: γ_FT re-draws only the readout,
+# which neither the attention nor the pooled representation sees.
+SAME_ENCODER_FIELDS = {"source", "gamma_ft"}
+ROW_FILE = "init_scales_row.json"  # an arm's measured columns at a seed, kept for the records
 
 
 class Phase:
@@ -79,51 +89,94 @@ class Phase:
     return representations.pooled_features(self.model, params, self.sample)
 
 
-def seed_row(workdir: str, arm: str, seed: int, phase: Phase, pretrained,
-             threshold: float) -> dict | None:
+def _has_checkpoints(finetune: str) -> bool:
+  return all(os.path.isdir(os.path.join(finetune, "checkpoints", c)) for c in ("init", "best"))
+
+
+def seed_row(workdir: str, arm: str, seed: int, phase: Phase | None, pretrained,
+             reference: str | None, threshold: float) -> dict | None:
+  """The arm's row at `seed`: test accuracy and steps to the threshold from its results, the
+  measured columns from its hand-off and best checkpoints while they exist (kept in
+  `finetune/ROW_FILE`, which run records keep), from that file once they are gone, and none
+  where neither exists (a run restored from records before this report measured it)."""
   run = os.path.join(workdir, arm, f"seed_{seed}")
   results_path = os.path.join(run, "results.json")
   if not os.path.exists(results_path) or "finetune" not in json.load(open(results_path)):
     return None
   results = json.load(open(results_path))["finetune"]
   finetune = os.path.join(run, "finetune")
-  loaded, tuned = phase.params(finetune, "init"), phase.params(finetune, "best")
-  loaded_x, tuned_x = phase.features(loaded), phase.features(tuned)
-  return {"test_accuracy": results["test_of_best"]["accuracy"],
-          **phase.proximity(loaded),
-          "pr_loaded": representations.participation_ratio(loaded_x),
-          "pr_tuned": representations.participation_ratio(tuned_x),
-          "ensd": representations.ensd(pretrained, tuned_x),
-          "steps_to": sweep.steps_to(run, threshold)}
+  row = {"test_accuracy": results["test_of_best"]["accuracy"],
+         "steps_to": sweep.steps_to(run, threshold)}
+  kept = os.path.join(finetune, ROW_FILE)
+  if phase is not None and _has_checkpoints(finetune):
+    loaded, tuned = phase.params(finetune, "init"), phase.params(finetune, "best")
+    loaded_x, tuned_x = phase.features(loaded), phase.features(tuned)
+    measured = {**phase.proximity(loaded),
+                "pr_loaded": representations.participation_ratio(loaded_x),
+                "pr_tuned": representations.participation_ratio(tuned_x)}
+    if pretrained is not None:
+      measured.update(ensd=representations.ensd(pretrained, tuned_x), ensd_reference=reference)
+    elif os.path.exists(kept):  # the same checkpoints' ENSD, measured while a reference existed
+      measured = {**json.load(open(kept)), **measured}
+    with open(kept, "w") as f:
+      json.dump(measured, f, indent=2)
+  elif os.path.exists(kept):
+    measured = json.load(open(kept))
+  else:
+    measured = {}
+  return {**row, **{k: v for k, v in measured.items() if k in MEASURED or k == "ensd_reference"}}
 
 
-def _spt_handoffs(sw, workdir: str):
-  """(seed, the `spt` arm's fine-tuning phase directory, its Phase) for each seed whose `spt` run
-  has reached fine-tuning."""
-  for seed in sw.seeds:
-    reference = os.path.join(workdir, "spt", f"seed_{seed}", "finetune")
-    if os.path.exists(os.path.join(reference, "config.json")):
-      yield seed, reference, Phase(reference)
+def unscaled_arms(sw) -> list[str]:
+  """The arms whose encoder at the hand-off is the SPT checkpoint's as loaded, `spt` first: every
+  arm that neither rescales nor filters what it loads nor changes the model (the fine-tuning data
+  size acts after the hand-off). Any of them gives the pretrained representation ENSD compares
+  with, so it survives the loss of `spt`'s own checkpoints (runs restored from records)."""
+  arms = []
+  for spec in sw.runs:
+    name, overrides = sweep.parse_run(spec)
+    fields = {k.removeprefix("finetune.init_from.") for k in overrides
+              if k.startswith("finetune.init_from.")}
+    if fields <= SAME_ENCODER_FIELDS and not any(k.startswith("model.") for k in overrides):
+      arms.append(name)
+  return sorted(arms, key=lambda a: a != "spt")
+
+
+def _handoffs(workdir: str, seed: int, arms):
+  """(the first of `arms` whose fine-tuning at `seed` still has its hand-off checkpoint, its
+  phase directory), or None."""
+  for arm in arms:
+    finetune = os.path.join(workdir, arm, f"seed_{seed}", "finetune")
+    if os.path.isdir(os.path.join(finetune, "checkpoints", "init")):
+      return arm, finetune
+  return None
 
 
 def report(sw, workdir: str, out: str, source: str) -> list[dict]:
   """The rows of sweep config `sw` (named `source` in the table) over `workdir`, written to `out`."""
   arms = [sweep.parse_run(r)[0] for r in sw.runs]
   per_arm = {arm: [] for arm in arms}
-  for seed, reference, phase in _spt_handoffs(sw, workdir):
-    pretrained = phase.features(phase.params(reference, "init"))
+  for seed in sw.seeds:
+    # The seed's model and sample from the reference run, else from any run with checkpoints
+    # (then without ENSD, which needs the reference).
+    found = _handoffs(workdir, seed, unscaled_arms(sw))
+    any_run = found or _handoffs(workdir, seed, arms)
+    phase = Phase(any_run[1]) if any_run else None
+    pretrained = phase.features(phase.params(found[1], "init")) if found else None
     for arm in arms:
-      row = seed_row(workdir, arm, seed, phase, pretrained, sw.steps_to)
+      row = seed_row(workdir, arm, seed, phase, pretrained, found and found[0], sw.steps_to)
       if row is not None:
         per_arm[arm].append(row)
   rows = []
   for arm, seeds in per_arm.items():
     if not seeds:
       continue
-    row = {"arm": arm, "seeds": len(seeds)}
+    row = {"arm": arm, "seeds": len(seeds),
+           "ensd_reference": sorted({s["ensd_reference"] for s in seeds if "ensd_reference" in s})}
     for key in COLUMNS:
-      values = np.asarray([s[key] for s in seeds], float)
-      row[key] = (float(values.mean()), float(values.std()))
+      values = np.asarray([s[key] for s in seeds if key in s], float)
+      row[key] = ((float(values.mean()), float(values.std()), len(values)) if len(values)
+                  else None)
     reached = [s["steps_to"] for s in seeds if s["steps_to"] is not None]
     row["steps_to"] = (float(np.mean(reached)) if reached else None,
                        float(np.std(reached)) if reached else None, f"{len(reached)}/{len(seeds)}")
@@ -156,7 +209,12 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
     if name == "spt" or (scales and set(scales) <= SCALE_FIELDS and not other_model):
       arms[name] = scales
   per_arm = {arm: [] for arm in arms}
-  for _, reference, phase in _spt_handoffs(sw, workdir):
+  for seed in sw.seeds:
+    found = _handoffs(workdir, seed, unscaled_arms(sw))
+    if not found:
+      continue
+    reference = found[1]
+    phase = Phase(reference)
     config, _ = read_phase_config(reference)
     loaded = phase.params(reference, "init")
     # Today's init_from fields, the run's values where it has them (a run from before a field
@@ -180,8 +238,8 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
     json.dump(rows, f, indent=2)
   lines = [f"# {sw.title}: the hand-off of each arm, before fine-tuning", "",
            f"`python scripts/init_scales_report.py --sweep={source} --handoff ...`; each arm's "
-           f"init-scale settings applied to the `spt` arm's hand-off; mean ± std over seeds "
-           f"{tuple(sw.seeds)}. Proximity: the loaded attention, layer 0.", "",
+           f"init-scale settings applied to the `spt` arm's hand-off; mean ± std (ddof 0) over "
+           f"seeds {tuple(sw.seeds)}. Proximity: the loaded attention, layer 0.", "",
            "| arm | seeds | band mass | mean distance | PR loaded |", "|---|---|---|---|---|"]
   lines += [f"| {r['arm']} | {r['seeds']} | {_pm(r['band_mass'], digits=3)} | "
             f"{_pm(r['mean_distance'])} | {_pm(r['pr_loaded'])} |" for r in rows]
@@ -190,23 +248,34 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
   return rows
 
 
-def _pm(pair, scale=1.0, digits=2):
-  return f"{scale * pair[0]:.{digits}f} ± {scale * pair[1]:.{digits}f}"
+def _pm(value, scale=1.0, digits=2, seeds=None):
+  """mean ± std; '—' where no seed has it; the seed count where fewer than `seeds` have it."""
+  if value is None:
+    return "—"
+  text = f"{scale * value[0]:.{digits}f} ± {scale * value[1]:.{digits}f}"
+  return text if seeds is None or len(value) < 3 or value[2] == seeds else f"{text} ({value[2]})"
 
 
 def write_table(rows, sw, source: str, path: str) -> None:
   lines = [f"# {sw.title}", "",
-           f"`python scripts/init_scales_report.py --sweep={source} ...`; mean ± std over "
-           f"seeds {tuple(sw.seeds)}. Proximity: the loaded attention, layer 0, before fine-tuning.",
+           f"`python scripts/init_scales_report.py --sweep={source} ...`; mean ± std (ddof 0, "
+           f"as the sweep's tables) over seeds {tuple(sw.seeds)}. Proximity: the loaded "
+           "attention, layer 0, before fine-tuning. "
+           "A measured column reads a run's checkpoints (or the row kept from them); where some "
+           "seeds have neither, it says in how many seeds it was measured. ENSD is taken against "
+           "the pretrained representation: the hand-off of `spt`, or where its checkpoints are "
+           f"gone of the first of {', '.join(unscaled_arms(sw)[1:])} that has one.",
            "", f"| arm | seeds | test accuracy (%) | steps to {sw.steps_to:.0%} val | band mass | "
            "mean distance | PR loaded | PR tuned | ENSD(pretrained, tuned) |",
            "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     mean, std, reached = r["steps_to"]
     steps = f"— ({reached})" if mean is None else f"{mean:,.0f} ± {std:,.0f} ({reached})"
-    lines.append(f"| {r['arm']} | {r['seeds']} | {_pm(r['test_accuracy'], 100)} | {steps} | "
-                 f"{_pm(r['band_mass'], digits=3)} | {_pm(r['mean_distance'])} | "
-                 f"{_pm(r['pr_loaded'])} | {_pm(r['pr_tuned'])} | {_pm(r['ensd'])} |")
+    n = r["seeds"]
+    lines.append(f"| {r['arm']} | {n} | {_pm(r['test_accuracy'], 100)} | {steps} | "
+                 f"{_pm(r['band_mass'], digits=3, seeds=n)} | {_pm(r['mean_distance'], seeds=n)} | "
+                 f"{_pm(r['pr_loaded'], seeds=n)} | {_pm(r['pr_tuned'], seeds=n)} | "
+                 f"{_pm(r['ensd'], seeds=n)} |")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 
@@ -219,8 +288,8 @@ def draw(rows, title: str, path: str, threshold: float) -> None:
             ("pr_tuned", "PR after fine-tuning", 1), ("ensd", "ENSD(pretrained, tuned)", 1))
   fig, axes = plots.plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.8))
   for ax, (key, label, scale) in zip(axes, panels):
-    means = [scale * (r[key][0] or 0.0) for r in rows]
-    stds = [scale * (r[key][1] or 0.0) for r in rows]
+    means = [scale * ((r[key] or (0.0,))[0] or 0.0) for r in rows]
+    stds = [scale * ((r[key] or (0.0, 0.0))[1] or 0.0) for r in rows]
     ax.bar(range(len(names)), means, yerr=stds, capsize=3, alpha=0.6,
            color=["tab:blue" if n == "spt" else "tab:orange" for n in names])
     ax.set_xticks(range(len(names)))

@@ -11,7 +11,8 @@
 #   pass 3  Pathfinder's seeds 3-4 (ListOps has 3 seeds) of stages a and b, then of stage d
 #           (whose freezing verdict split 2 to 1 at three seeds; ~3 process-hours)
 #   pass 4  the init-scale study on Pathfinder (configs/sweeps/init_scales.py, docs/theory.md),
-#           which fine-tunes this study's SPT checkpoints
+#           which fine-tunes this study's SPT checkpoints; its report after each of its sweeps
+#           (measured from checkpoints, kept in each run for the records)
 #   pass 5  seeds 0-2: (c) SPT with those biases; Pathfinder, then ListOps; then Pathfinder's
 #           seeds 3-4 of c
 #   pass 6  seeds 0-2: (e) one layer, and SPT on other data, whose fixed-budget verdicts the
@@ -43,6 +44,12 @@ sweep() {  # config workdir [seeds]
   # not the checkpoints).
   python scripts/lra_plateau_attention.py --workdir="$WORKDIR" --task="$(basename "$2")" \
       --out="$2/attention" || echo "warning: the attention rows of $2 failed; the study goes on"
+  if [[ "$1" == *init_scales.py:* ]]; then  # its PR/ENSD rows too, kept in each run for the records
+    local variant=${1##*:}
+    python scripts/init_scales_report.py --sweep="$1" --workdir="$2" \
+        --out="$2/init_scales_report/${variant//,/_}" \
+        || echo "warning: the init-scale rows of $2 failed; the study goes on"
+  fi
   python scripts/run_records.py save --workdir="$WORKDIR" --to="$RECORDS"
   return "$status"
 }

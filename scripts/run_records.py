@@ -3,8 +3,9 @@ r"""A sweep workdir's finished runs as small files that can be committed, and ba
 Long studies outlive the machines they run on: a workdir can be lost between sessions, and with it
 every finished run. `save` copies what the sweep tables, figures and `steps_to` read from each
 finished run (its results.json, run_spec.json, and per phase results.json, metrics.jsonl,
-config.json, report.md, reference_levels.json, data.json, attention_proximity.json) into a
-records directory, a few hundred KB per run, and of checkpoints only a pretraining phase's newest
+config.json, report.md, reference_levels.json, data.json, attention_proximity.json,
+init_scales_row.json) into a records directory, a few hundred KB per run, and of checkpoints
+only a pretraining phase's newest
 `best` one (the hand-off other runs load); `restore` copies them back into a workdir, where the
 sweep runner then counts those runs as finished and skips them, and the tables regenerate. Run specs name the
 workdir of the sweep that wrote them; records keep `{workdir}` in its place, so a restore into
@@ -38,10 +39,10 @@ WORKDIR = "{workdir}"  # stands for the workdir in saved run specs, as in sweep 
 # start from them (init_from.source={workdir}/spt/seed_{seed}/pretrain), and retraining one costs
 # the longest phase of a study.
 HANDOFF_PHASES = ("pretrain",)
-# attention_proximity.json: a run's row of scripts/lra_plateau_attention.py's table, measured from
-# checkpoints the records leave out.
+# attention_proximity.json, init_scales_row.json: a run's row of scripts/lra_plateau_attention.py's
+# and scripts/init_scales_report.py's tables, measured from checkpoints the records leave out.
 PHASE_FILES = ("results.json", "metrics.jsonl", "config.json", "report.md", "reference_levels.json",
-               "data.json", "attention_proximity.json")
+               "data.json", "attention_proximity.json", "init_scales_row.json")
 
 
 def finished_runs(workdir: Path):

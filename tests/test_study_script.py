@@ -42,9 +42,17 @@ def test_plateau_study_script_runs_the_passes_in_order(tmp_path):
   # The study's runs keep the one XLA thread per core they started with.
   assert all("--run_threads=slot" in c for c in sweep_calls)
   # Every sweep is followed by its task's attention rows (measured while the checkpoints exist),
-  # then by saving the finished runs as records.
+  # an init-scale sweep by its report's rows too, then by saving the finished runs as records.
   for i, c in enumerate(calls):
     if "spt_jax.sweep" in c:
       task = c.split("--workdir=")[1].split()[0].rsplit("/", 1)[1]
       assert "lra_plateau_attention.py" in calls[i + 1] and f"--task={task}" in calls[i + 1]
+      config = c.split("--config=")[1].split()[0]
+      if "init_scales" in config:
+        assert calls[i + 2].startswith("scripts/init_scales_report.py") and (
+            f"--sweep={config} " in calls[i + 2]), calls[i + 2]
+        i += 1
       assert "run_records.py save" in calls[i + 2], calls[i + 2]
+  assert [c.split("--out=")[1] for c in calls if "init_scales_report" in c] == [
+      f"{workdir}/pathfinder/init_scales_report/pathfinder",
+      f"{workdir}/pathfinder/init_scales_report/pathfinder_data"]

@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -78,6 +79,39 @@ def _init_scales_report(workdir):
     assert handoff["spt"][key][0] == pytest.approx(rows["spt"][key][0], rel=1e-6), key
   assert handoff["half"]["pr_loaded"][0] != pytest.approx(handoff["spt"]["pr_loaded"][0])
   assert "| half | 1 |" in (out / "handoff.md").read_text()
+  assert _load_script("init_scales_report").unscaled_arms(unrun) == ["spt", "gamma"]
+  _init_scales_rows_outlive_checkpoints(workdir, rows)
+
+
+def _init_scales_rows_outlive_checkpoints(workdir, rows):
+  """Each run's measured row is kept beside it (and in its records): once its checkpoints are
+  gone the report reads it from there; a run with neither shows its accuracy and '—'. ENSD's
+  reference falls back to `spt_repeat`'s hand-off where `spt`'s is gone."""
+  script = _load_script("init_scales_report")
+  kept_row = workdir / "from_spt/seed_0/finetune" / script.ROW_FILE
+  assert sweep.json.load(open(kept_row))["ensd_reference"] == "spt"
+  records = workdir.parent / "records_rows"
+  _load_script("run_records").save(workdir, records)
+  saved = records / "from_spt/seed_0/finetune" / script.ROW_FILE
+  assert saved.read_text() == kept_row.read_text()
+  shutil.copytree(workdir / "from_spt", workdir / "spt_repeat")  # the same hand-off, run again
+  for arm in ("spt", "from_spt"):
+    shutil.rmtree(workdir / arm / "seed_0/finetune/checkpoints")
+  (workdir / "spt/seed_0/finetune" / script.ROW_FILE).unlink()
+  with_repeat = config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=(0,), title="tiny",
+      runs=[*_sweep().runs, f"spt_repeat: {_sweep().runs[0].split(':', 1)[1]}"], steps_to=0.5)
+  again = {r["arm"]: r for r in script.report(with_repeat, str(workdir),
+                                              str(workdir.parent / "again"), "tiny")}
+  assert again["spt"]["test_accuracy"] == rows["spt"]["test_accuracy"]
+  assert again["spt"]["pr_tuned"] is None and again["spt"]["ensd_reference"] == []
+  for key in script.COLUMNS:  # from the kept row
+    assert again["from_spt"][key][:2] == pytest.approx(rows["from_spt"][key][:2]), key
+  repeat = again["spt_repeat"]
+  assert repeat["ensd_reference"] == ["spt_repeat"]
+  assert repeat["pr_loaded"][0] == pytest.approx(rows["spt"]["pr_loaded"][0], rel=1e-5)
+  table = (workdir.parent / "again/table.md").read_text()
+  assert "| spt | 1 |" in table and table.split("| spt | 1 |")[1].split("\n")[0].endswith("— |")
 
 
 def _records_survive_the_workdir(workdir, rows):

@@ -16,6 +16,10 @@ Arms (`scales`, the default):
                     and an MLP leaf of equal norm kept, as w² + v² = c is in a diagonal network
   c_{0.5,2}         the whole loaded encoder × c (init_from.rescale): the theory's absolute scale,
                     c² in its units (c scales w² + v² there), applied at the hand-off
+  spt_repeat        (Pathfinder) `spt`'s fine-tuning run again from its SPT checkpoint: the plateau
+                    study's records keep no fine-tuning checkpoints, which PR and ENSD read, so
+                    where `spt` was restored from them this run stands in; on the host that ran
+                    `spt` it is the same run bit for bit, elsewhere it measures the host's drift
 Arms (`data`): data{10,30}_spt and data{10,30}_gamma_{0,0.1,1}, fine-tuned on 10% and 30% of the
 training split (a seeded subset, `train_examples`): the theory places γ_FT's benefit at intermediate
 sample sizes (100% is the `scales` sweep).
@@ -65,7 +69,8 @@ def _arms(task: str, variant: str) -> list[str]:
           + [f"lambda_{lam:g}: {from_spt} finetune.init_from.relative_scale={lam}"
              for lam in LAMBDAS]
           + [f"c_{c:g}: {from_spt} finetune.init_from.rescale={c} "
-             "finetune.init_from.rescale_paths=encoder" for c in ABSOLUTE])
+             "finetune.init_from.rescale_paths=encoder" for c in ABSOLUTE]
+          + ([f"spt_repeat: {from_spt}"] if task == "pathfinder" else []))
 
 
 def get_config(arg=None):
