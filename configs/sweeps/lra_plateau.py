@@ -86,8 +86,8 @@ FINETUNE_PATIENCE = {"listops": 0, "pathfinder": 12}
 # Stage d's `_to_cap` arms ran at each of seeds 0-2 before this rule existed; at seeds 3-4 only
 # where the rule stopped their arm at chance (seeds added as those runs finish).
 RUN_SEEDS = {"pathfinder": {"scratch_rope_to_cap": (4,), "qkvo_to_cap": (0, 1, 2),
-                            "spt_frozen_attention_to_cap": (0, 1, 2),
-                            "scratch_frozen_attention_to_cap": (0, 1, 2)},
+                            "spt_frozen_attention_to_cap": (0, 1, 2, 4),
+                            "scratch_frozen_attention_to_cap": (0, 1, 2, 4)},
              "listops": {}}
 # Validation accuracy that the fine-tuning rule of stages c's and e's own arms waits for before it
 # counts patience (decided 2026-12-07, before any of their runs): a run still at chance trains to the
