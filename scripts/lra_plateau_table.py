@@ -14,6 +14,10 @@ committed records keep, so the tables regenerate without the runs' checkpoints. 
 not finished is shown as "—" and left out of the mean. Stops read "cap" (the step cap, or a
 compute-matched arm's budget) or "plateau"; "at chance" marks a run whose best validation accuracy
 is within 3 points of the task's chance level.
+
+An arm with a run to the cap (`<arm>_to_cap` in the same stage) gets a second row, "final": the
+study's procedure, each seed's run under the plateau rule, or where the rule stopped it at chance,
+that seed's run to the cap (marked †).
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from spt_jax.analysis import report  # noqa: E402
 
 STUDY = "configs/sweeps/lra_plateau.py"
 NEAR_CHANCE = 0.03
+TO_CAP = "_to_cap"  # the suffix of an arm's run to the cap without the plateau rule
 
 
 def stage_arms(task: str, stage: str) -> list[str]:
@@ -78,26 +83,45 @@ def _per_seed(values: list[str]) -> str:
   return ", ".join(values)
 
 
+def final_row(workdir: str, task: str, arm: str, seed: int) -> dict | None:
+  """The arm's run at `seed` as the study's procedure counts it: where the plateau rule stopped it
+  at chance, its run to the cap (`<arm>_to_cap`, marked †) once that has finished."""
+  row = seed_row(workdir, task, arm, seed)
+  if row is not None and row["stop"].endswith("plateau at chance"):
+    capped = seed_row(workdir, task, f"{arm}{TO_CAP}", seed)
+    if capped is not None:
+      return {**capped, "replaced": True}
+  return row
+
+
+def _line(label: str, rows: list[dict | None]) -> str | None:
+  done = [r for r in rows if r is not None]
+  if not done:
+    return None
+  tests = np.array([100 * r["test"] for r in done])
+  mean = (f"{tests.mean():.1f} ± {tests.std(ddof=1):.1f}%" if len(done) > 1
+          else f"{tests[0]:.1f}% (1 seed)")
+  return "| " + " | ".join([
+      label,
+      ", ".join("—" if r is None else f"{100 * r['test']:.1f}" + ("†" if r.get("replaced") else "")
+                for r in rows),
+      mean,
+      _per_seed(["—" if r is None else r["stop"] for r in rows]),
+      _per_seed(["—" if r is None else "never" if r["reached"] is None
+                 else f"{r['reached']:,}" for r in rows]),
+      f"{np.mean([r['tflop'] for r in done]):.1f}"]) + " |"
+
+
 def markdown(workdir: str, task: str, stage: str, seeds: list[int]) -> str:
   threshold = config_lib.load_module(STUDY).STEPS_TO[task]
   lines = [f"| arm | test accuracy (per seed) | mean ± std | stopped at (per seed) | "
            f"≥ {threshold:.0%} at (per seed) | TFLOP (mean) |", "|---" * 6 + "|"]
-  for arm in stage_arms(task, stage):
-    rows = [seed_row(workdir, task, arm, s) for s in seeds]
-    done = [r for r in rows if r is not None]
-    if not done:
-      continue
-    tests = np.array([100 * r["test"] for r in done])
-    mean = (f"{tests.mean():.1f} ± {tests.std(ddof=1):.1f}%" if len(done) > 1
-            else f"{tests[0]:.1f}% (1 seed)")
-    lines.append("| " + " | ".join([
-        f"`{arm}`",
-        ", ".join("—" if r is None else f"{100 * r['test']:.1f}" for r in rows),
-        mean,
-        _per_seed(["—" if r is None else r["stop"] for r in rows]),
-        _per_seed(["—" if r is None else "never" if r["reached"] is None
-                   else f"{r['reached']:,}" for r in rows]),
-        f"{np.mean([r['tflop'] for r in done]):.1f}"]) + " |")
+  arms = stage_arms(task, stage)
+  lines += [line for arm in arms
+            if (line := _line(f"`{arm}`", [seed_row(workdir, task, arm, s) for s in seeds]))]
+  lines += [line for arm in arms if f"{arm}{TO_CAP}" in arms
+            and (line := _line(f"`{arm}`, final", [final_row(workdir, task, arm, s)
+                                                   for s in seeds]))]
   return "\n".join(lines)
 
 

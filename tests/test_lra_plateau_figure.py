@@ -83,3 +83,16 @@ def test_stage_table_gives_each_seed_its_stop_and_first_step_past_the_threshold(
   assert "no seed" in script.difference(str(tmp_path), "pathfinder", "spt", "qk", [0, 1, 2])
   with pytest.raises(ValueError, match="stages are"):
     script.stage_arms("listops", "lr")
+
+
+def test_stage_table_final_row_takes_the_run_to_the_cap_where_the_rule_stopped_at_chance(tmp_path):
+  script = load_script("lra_plateau_table")
+  _finish_run(tmp_path, "qkvo", 0, 0.72, 10_000, "cap", 0.73, [0.5, 0.6])
+  _finish_run(tmp_path, "qkvo", 1, 0.503, 3_500, "plateau: …", 0.52, [0.5, 0.52])
+  _finish_run(tmp_path, "qkvo", 2, 0.505, 3_500, "plateau: …", 0.52, [0.5, 0.52])
+  _finish_run(tmp_path, "qkvo_to_cap", 1, 0.70, 10_000, "cap", 0.71, [0.5, 0.52, 0.61])
+  text = script.markdown(str(tmp_path), "pathfinder", "d", [0, 1, 2])
+  # Seed 1 from its run to the cap; seed 2's has not finished, so the rule's run stands.
+  assert ("| `qkvo`, final | 72.0, 70.0†, 50.5 | 64.2 ± 11.9% | 10,000 cap, 10,000 cap, 3,500 "
+          "plateau at chance | 500, 750, never | 50.0 |") in text
+  assert "`qk`, final" not in text  # no run to the cap in the stage
