@@ -7,7 +7,8 @@ step its validation accuracy reached the study's STEPS_TO threshold, and the tra
       --task=pathfinder --stage=lr --seeds=0,1,2 --difference=spt,scratch_lr1e-3
 
 `--difference=A,B` (repeatable) adds, for arms A and B (any arms of the task), A's test accuracy
-minus B's per seed and their mean ± sample std over the seeds both have finished.
+minus B's per seed and their mean ± sample std over the seeds both have finished; `A:final`
+stands for A's "final" row (below).
 
 Reads `<workdir>/<task>/<arm>/seed_<s>/results.json` and `finetune/metrics.jsonl`, which the
 committed records keep, so the tables regenerate without the runs' checkpoints. A seed that has
@@ -125,9 +126,18 @@ def markdown(workdir: str, task: str, stage: str, seeds: list[int]) -> str:
   return "\n".join(lines)
 
 
+FINAL = ":final"  # `--difference=A:final,B`: A's final row (final_row)
+
+
+def _row_of(workdir: str, task: str, arm: str, seed: int) -> dict | None:
+  if arm.endswith(FINAL):
+    return final_row(workdir, task, arm.removesuffix(FINAL), seed)
+  return seed_row(workdir, task, arm, seed)
+
+
 def difference(workdir: str, task: str, a: str, b: str, seeds: list[int]) -> str:
   """`a − b` in test accuracy points, per seed both finished, and their mean ± sample std."""
-  pairs = [(s, seed_row(workdir, task, a, s), seed_row(workdir, task, b, s)) for s in seeds]
+  pairs = [(s, _row_of(workdir, task, a, s), _row_of(workdir, task, b, s)) for s in seeds]
   diffs = [(s, 100 * (ra["test"] - rb["test"])) for s, ra, rb in pairs if ra and rb]
   if not diffs:
     return f"{a} − {b}: no seed has both finished"
@@ -154,7 +164,7 @@ def main() -> int:
     if not (sep and a and b):
       parser.error(f"--difference={pair!r} must be two arms joined by ',', e.g. spt,scratch")
     for arm in (a, b):
-      if not os.path.isdir(os.path.join(workdir, args.task, arm)):
+      if not os.path.isdir(os.path.join(workdir, args.task, arm.removesuffix(FINAL))):
         parser.error(f"--difference={pair!r}: {args.task} has no arm {arm!r} in {workdir}")
     pairs.append((a, b))
   try:

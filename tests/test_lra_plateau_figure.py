@@ -96,3 +96,6 @@ def test_stage_table_final_row_takes_the_run_to_the_cap_where_the_rule_stopped_a
   assert ("| `qkvo`, final | 72.0, 70.0†, 50.5 | 64.2 ± 11.9% | 10,000 cap, 10,000 cap, 3,500 "
           "plateau at chance | 500, 750, never | 50.0 |") in text
   assert "`qk`, final" not in text  # no run to the cap in the stage
+  _finish_run(tmp_path, "scratch", 1, 0.72, 10_000, "cap", 0.73, [0.5, 0.6])
+  assert script.difference(str(tmp_path), "pathfinder", "qkvo:final", "scratch", [0, 1, 2]) == (
+      "qkvo:final − scratch: −2.0 (seeds 1) → −2.0 points")
