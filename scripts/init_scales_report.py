@@ -288,10 +288,15 @@ def draw(rows, title: str, path: str, threshold: float) -> None:
             ("pr_tuned", "PR after fine-tuning", 1), ("ensd", "ENSD(pretrained, tuned)", 1))
   fig, axes = plots.plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.8))
   for ax, (key, label, scale) in zip(axes, panels):
-    means = [scale * ((r[key] or (0.0,))[0] or 0.0) for r in rows]
-    stds = [scale * ((r[key] or (0.0, 0.0))[1] or 0.0) for r in rows]
+    # A column no seed of the arm has (its checkpoints gone) gets no bar, and says so; an arm
+    # that never reached the threshold keeps its 0.
+    missing = [r[key] is None for r in rows]
+    means = [0.0 if gone else scale * (r[key][0] or 0.0) for r, gone in zip(rows, missing)]
+    stds = [0.0 if gone else scale * (r[key][1] or 0.0) for r, gone in zip(rows, missing)]
     ax.bar(range(len(names)), means, yerr=stds, capsize=3, alpha=0.6,
            color=["tab:blue" if n == "spt" else "tab:orange" for n in names])
+    for i in (i for i, gone in enumerate(missing) if gone):
+      ax.text(i, 0, "not\nmeasured", ha="center", va="bottom", fontsize=7, color="0.4")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
     ax.set_title(label, fontsize=9)
