@@ -23,7 +23,9 @@ hand-off and best checkpoints; each run's are kept in its `finetune/init_scales_
 `scripts/run_records.py` saves), so they outlive the checkpoints: run the report while they exist
 (`scripts/lra_plateau_study.sh` does after each init-scale sweep). ENSD's pretrained
 representation is the `spt` arm's hand-off, or where its checkpoints are gone (runs restored from
-records) that of another arm whose loaded encoder is the same (`unscaled_arms`: γ_FT, data size).
+records) that of another arm whose loaded encoder is the same (`unscaled_arms`: γ_FT, data size),
+or where none of those remains the SPT checkpoint itself (the records keep it), loaded as a
+rescaled arm's fine-tuning loaded it but without the rescale: the same encoder.
 
 With `--handoff` it reads only the `spt` arm's hand-off and applies each arm's init-scale settings
 to it (`spt_jax.init_from.apply_scales`, what the arm's fine-tuning would start from): the band
@@ -55,6 +57,11 @@ COLUMNS = ("test_accuracy",) + MEASURED
 # init_from settings that leave the loaded encoder as SPT left it: γ_FT re-draws only the readout,
 # which neither the attention nor the pooled representation sees.
 SAME_ENCODER_FIELDS = {"source", "gamma_ft"}
+# init_from settings that only rescale what is loaded (applied after loading, so loading without
+# them gives the unscaled arms' encoder).
+SCALE_FIELDS = {"rescale", "rescale_paths", "relative_scale", "relative_scale_earlier",
+                "relative_scale_later"}
+SOURCE_REFERENCE = "the SPT checkpoint"  # ENSD's reference where no unscaled arm's hand-off remains
 ROW_FILE = "init_scales_row.json"  # an arm's measured columns at a seed, kept for the records
 
 
@@ -127,6 +134,38 @@ def seed_row(workdir: str, arm: str, seed: int, phase: Phase | None, pretrained,
   return {**row, **{k: v for k, v in measured.items() if k in MEASURED or k == "ensd_reference"}}
 
 
+def _init_from_fields(overrides) -> set[str]:
+  return {k.removeprefix("finetune.init_from.") for k in overrides
+          if k.startswith("finetune.init_from.")}
+
+
+def rescaled_arms(sw) -> list[str]:
+  """The arms that load as the unscaled arms do and then only rescale what they loaded."""
+  arms = []
+  for spec in sw.runs:
+    name, overrides = sweep.parse_run(spec)
+    fields = _init_from_fields(overrides)
+    if (fields & SCALE_FIELDS and fields <= SAME_ENCODER_FIELDS | SCALE_FIELDS
+        and not any(k.startswith("model.") for k in overrides)):
+      arms.append(name)
+  return arms
+
+
+def _pretrained_from_source(phase: "Phase", finetune: str):
+  """The pretrained representation from the SPT checkpoint a rescaled arm's run at `finetune`
+  loaded: its hand-off with the loaded leaves read again, unscaled (the readout, which the pooled
+  representation does not see, stays the run's). None where the checkpoint is not there."""
+  config, name = read_phase_config(finetune)
+  init_cfg = config[name].init_from
+  try:
+    loaded, _ = init_from.load_into(
+        phase.params(finetune, "init"), init_cfg, workdir=os.path.dirname(finetune),
+        phase_names=config_lib.phase_names(config), phase=name)
+  except FileNotFoundError:
+    return None
+  return phase.features(loaded)
+
+
 def unscaled_arms(sw) -> list[str]:
   """The arms whose encoder at the hand-off is the SPT checkpoint's as loaded, `spt` first: every
   arm that neither rescales nor filters what it loads nor changes the model (the fine-tuning data
@@ -135,8 +174,7 @@ def unscaled_arms(sw) -> list[str]:
   arms = []
   for spec in sw.runs:
     name, overrides = sweep.parse_run(spec)
-    fields = {k.removeprefix("finetune.init_from.") for k in overrides
-              if k.startswith("finetune.init_from.")}
+    fields = _init_from_fields(overrides)
     if fields <= SAME_ENCODER_FIELDS and not any(k.startswith("model.") for k in overrides):
       arms.append(name)
   return sorted(arms, key=lambda a: a != "spt")
@@ -157,14 +195,21 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
   arms = [sweep.parse_run(r)[0] for r in sw.runs]
   per_arm = {arm: [] for arm in arms}
   for seed in sw.seeds:
-    # The seed's model and sample from the reference run, else from any run with checkpoints
-    # (then without ENSD, which needs the reference).
+    # The seed's model and sample from the reference run, else from a rescaled arm's run (then
+    # the reference is the SPT checkpoint it loaded), else from any run with checkpoints (then
+    # without ENSD, which needs the reference).
     found = _handoffs(workdir, seed, unscaled_arms(sw))
-    any_run = found or _handoffs(workdir, seed, arms)
+    rescaled = None if found else _handoffs(workdir, seed, rescaled_arms(sw))
+    any_run = found or rescaled or _handoffs(workdir, seed, arms)
     phase = Phase(any_run[1]) if any_run else None
-    pretrained = phase.features(phase.params(found[1], "init")) if found else None
+    pretrained, reference = None, None
+    if found:
+      pretrained, reference = phase.features(phase.params(found[1], "init")), found[0]
+    elif rescaled:
+      pretrained = _pretrained_from_source(phase, rescaled[1])
+      reference = SOURCE_REFERENCE if pretrained is not None else None
     for arm in arms:
-      row = seed_row(workdir, arm, seed, phase, pretrained, found and found[0], sw.steps_to)
+      row = seed_row(workdir, arm, seed, phase, pretrained, reference, sw.steps_to)
       if row is not None:
         per_arm[arm].append(row)
   rows = []
@@ -190,9 +235,6 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
 
 
 HANDOFF_COLUMNS = ("band_mass", "mean_distance", "pr_loaded")
-# The init_from settings that only rescale what the spt arm's hand-off loads.
-SCALE_FIELDS = {"rescale", "rescale_paths", "relative_scale", "relative_scale_earlier",
-                "relative_scale_later"}
 
 
 def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
@@ -264,7 +306,8 @@ def write_table(rows, sw, source: str, path: str) -> None:
            "A measured column reads a run's checkpoints (or the row kept from them); where some "
            "seeds have neither, it says in how many seeds it was measured. ENSD is taken against "
            "the pretrained representation: the hand-off of `spt`, or where its checkpoints are "
-           f"gone of the first of {', '.join(unscaled_arms(sw)[1:])} that has one.",
+           f"gone of the first of {', '.join(unscaled_arms(sw)[1:])} that has one, or where "
+           "none has one the SPT checkpoint the rescaled arms loaded, read without the rescale.",
            "", f"| arm | seeds | test accuracy (%) | steps to {sw.steps_to:.0%} val | band mass | "
            "mean distance | PR loaded | PR tuned | ENSD(pretrained, tuned) |",
            "|---|---|---|---|---|---|---|---|---|"]

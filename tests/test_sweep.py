@@ -112,6 +112,20 @@ def _init_scales_rows_outlive_checkpoints(workdir, rows):
   assert repeat["pr_loaded"][0] == pytest.approx(rows["spt"]["pr_loaded"][0], rel=1e-5)
   table = (workdir.parent / "again/table.md").read_text()
   assert "| spt | 1 |" in table and table.split("| spt | 1 |")[1].split("\n")[0].endswith("— |")
+  # With no unscaled arm's hand-off left, a rescaled arm's ENSD takes the SPT checkpoint it
+  # loaded, read without the rescale: the reference spt_repeat's hand-off gave.
+  shutil.copytree(workdir / "spt_repeat", workdir / "unit_rescale")
+  (workdir / "unit_rescale/seed_0/finetune" / script.ROW_FILE).unlink()
+  shutil.rmtree(workdir / "spt_repeat/seed_0/finetune/checkpoints")
+  rescaled = config_lib.sweep_config(
+      base="configs/synthetic_spt.py:smoke", seeds=(0,), title="tiny", steps_to=0.5,
+      runs=[*with_repeat.runs, f"unit_rescale: {_sweep().runs[0].split(':', 1)[1]} "
+            "finetune.init_from.rescale=1.0 finetune.init_from.rescale_paths=encoder"])
+  assert script.rescaled_arms(rescaled) == ["unit_rescale"]
+  last = {r["arm"]: r for r in script.report(rescaled, str(workdir), str(workdir.parent / "last"),
+                                             "tiny")}
+  assert last["unit_rescale"]["ensd_reference"] == [script.SOURCE_REFERENCE]
+  assert last["unit_rescale"]["ensd"][0] == pytest.approx(repeat["ensd"][0], rel=1e-5)
 
 
 def _records_survive_the_workdir(workdir, rows):
