@@ -401,6 +401,18 @@ def test_init_scale_sweeps_load_and_pathfinder_shares_the_plateau_studys_spt_run
     plateau = config_lib.load_config("configs/sweeps/lra_plateau.py:pathfinder,a")
     assert sweep.parse_run(sw.runs[0]) == sweep.parse_run(plateau.runs[0])
     assert sw.base == plateau.base
+  # An arm the plateau rule stopped at chance runs again to the cap, at those seeds only, right
+  # after its arm and with the same knob.
+  module = config_lib.load_module(os.path.join(sweep.ROOT, "configs/sweeps/init_scales.py"))
+  arms = module.TO_CAP_SEEDS[arg] if "," not in arg else {}
+  expected = {module.to_cap_name(a): tuple(s) for a, s in arms.items()}
+  assert {k: tuple(v) for k, v in sw.run_seeds.items()} == expected
+  for arm, to_cap in ((a, module.to_cap_name(a)) for a in arms):
+    assert names.index(to_cap) == names.index(arm) + 1
+    capped, ruled = (dict(sweep.parse_run(sw.runs[names.index(n)])[1]) for n in (to_cap, arm))
+    assert capped.pop("finetune.stop_on_plateau.patience") == 0
+    assert ruled.pop("finetune.stop_on_plateau.patience") > 0
+    assert capped == ruled
   with pytest.raises(ValueError, match="takes 'task\\[,variant\\]'"):
     config_lib.load_config("configs/sweeps/init_scales.py:cpu")
 

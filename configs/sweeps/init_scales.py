@@ -16,6 +16,10 @@ Arms (`scales`, the default):
                     and an MLP leaf of equal norm kept, as w² + v² = c is in a diagonal network
   c_{0.5,2}         the whole loaded encoder × c (init_from.rescale): the theory's absolute scale,
                     c² in its units (c scales w² + v² there), applied at the hand-off
+  <arm>_to_cap      (Pathfinder; c_0.5's is c_0p5_to_cap) the arm again without the plateau rule,
+                    to the 10,000-step cap, at the seeds where the rule stopped it at chance
+                    (`TO_CAP_SEEDS`): no verdict rests on a run the rule stopped at chance
+                    (docs/theory.md)
   spt_repeat        (Pathfinder) `spt`'s fine-tuning run again from its SPT checkpoint: the plateau
                     study's records keep no fine-tuning checkpoints, which PR and ENSD read, so
                     where `spt` was restored from them this run stands in; on the host that ran
@@ -38,10 +42,19 @@ LAMBDAS = (-0.5, 0.5)
 ABSOLUTE = (0.5, 2.0)
 DATA_FRACTIONS = (0.1, 0.3)
 TRAIN_SIZE = {"synthetic": 8_000, "pathfinder": 20_000}  # the `cpu` variants' training splits
+# Seeds at which the plateau rule stopped an arm at chance, so that the arm runs once more to the
+# cap there (added as those runs finish; the plateau study's `RUN_SEEDS` do the same).
+TO_CAP_SEEDS = {"synthetic": {}, "pathfinder": {"c_0.5": (0, 1, 2)}}
 
 SYNTHETIC_FINETUNE = ("finetune.num_steps=6000 finetune.eval_every_steps=250 "
                       "finetune.checkpoint_every_steps=250 finetune.stop_on_plateau.patience=8 "
                       "finetune.stop_on_plateau.min_delta=0.005")
+
+
+def to_cap_name(arm: str) -> str:
+  """`arm`'s run to the cap: c_0.5 -> c_0p5_to_cap (`run_seeds` keys are config fields, which take
+  no dots)."""
+  return f"{arm.replace('.', 'p')}_to_cap"
 
 
 def _lra_plateau():
@@ -52,8 +65,10 @@ def _arms(task: str, variant: str) -> list[str]:
   if task == "pathfinder":  # the plateau study's own SPT run, so its directory is shared
     plateau = _lra_plateau()
     spt, finetune = f"{plateau.pretrain(task)} {plateau.finetune(task)}", plateau.finetune(task)
+    cap = plateau.finetune(task, plateau=False)
   else:
     spt = finetune = SYNTHETIC_FINETUNE
+    cap = SYNTHETIC_FINETUNE.replace("stop_on_plateau.patience=8", "stop_on_plateau.patience=0")
   from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
               f"{finetune}")
   gammas = {f"gamma_{g:g}": f"finetune.init_from.gamma_ft={g}" for g in GAMMAS}
@@ -65,12 +80,16 @@ def _arms(task: str, variant: str) -> list[str]:
       arms += [f"{prefix}_{name}: {from_spt} {knob} finetune.train_examples={n}"
                for name, knob in gammas.items()]
     return arms
-  return ([f"spt: {spt}"] + [f"{name}: {from_spt} {knob}" for name, knob in gammas.items()]
-          + [f"lambda_{lam:g}: {from_spt} finetune.init_from.relative_scale={lam}"
-             for lam in LAMBDAS]
-          + [f"c_{c:g}: {from_spt} finetune.init_from.rescale={c} "
-             "finetune.init_from.rescale_paths=encoder" for c in ABSOLUTE]
-          + ([f"spt_repeat: {from_spt}"] if task == "pathfinder" else []))
+  knobs = ({name: knob for name, knob in gammas.items()}
+           | {f"lambda_{lam:g}": f"finetune.init_from.relative_scale={lam}" for lam in LAMBDAS}
+           | {f"c_{c:g}": f"finetune.init_from.rescale={c} finetune.init_from.rescale_paths=encoder"
+              for c in ABSOLUTE})
+  arms = [f"spt: {spt}"]
+  for name, knob in knobs.items():
+    arms.append(f"{name}: {from_spt} {knob}")
+    if name in TO_CAP_SEEDS[task]:
+      arms.append(f"{to_cap_name(name)}: {from_spt.replace(finetune, cap)} {knob}")
+  return arms + ([f"spt_repeat: {from_spt}"] if task == "pathfinder" else [])
 
 
 def get_config(arg=None):
@@ -82,6 +101,8 @@ def get_config(arg=None):
   base = f"configs/{task}_spt.py:cpu"
   metrics = ("finetune.test_of_best.accuracy", "finetune.best_val.accuracy",
              "finetune.stopped_at_step")
+  to_cap = {to_cap_name(name): seeds for name, seeds in TO_CAP_SEEDS[task].items()}
   return sweep_config(base=base, runs=_arms(task, variant), seeds=SEEDS, metrics=metrics,
+                      run_seeds=to_cap if variant == "scales" else {},
                       title=f"{task} (cpu): init scales at the hand-off ({variant})",
                       output=f"init_scales_{variant}", steps_to=0.9 if task == "synthetic" else 0.6)
