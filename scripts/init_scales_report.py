@@ -30,7 +30,9 @@ rescaled arm's fine-tuning loaded it but without the rescale: the same encoder.
 With `--handoff` it reads only the `spt` arm's hand-off and applies each arm's init-scale settings
 to it (`spt_jax.init_from.apply_scales`, what the arm's fine-tuning would start from): the band
 mass, mean distance and PR at the hand-off of every arm before any of its runs exists, so that a
-prediction can rest on them (`<out>/handoff.md`, `<out>/handoff.json`). γ_FT re-draws only the
+prediction can rest on them, and per attention layer the entropy of its maps and the slope and
+correlation of its logits against `spt`'s: what a rescale does to each layer's softmax temperature
+and pattern (`<out>/handoff.md`, `<out>/handoff.json`). γ_FT re-draws only the
 readout, which neither column sees, so the γ arms are left out.
 """
 from __future__ import annotations
@@ -91,6 +93,17 @@ class Phase:
     else:
       m = attention.proximity_metrics(maps, self.mask, 1)
     return {"band_mass": float(m["band_mass"]), "mean_distance": float(m["mean_distance"])}
+
+  def layers_against(self, params, reference_logits) -> dict:
+    """Per layer: the attention's normalised entropy, and the slope and correlation of its
+    logits against `reference_logits` (another parameter set's, on these tokens)."""
+    maps = attention.attention_maps(self.model, params, self.tokens)
+    logits = attention.attention_logits(self.model, params, self.tokens)
+    aligned = [attention.logit_alignment(ref, np.asarray(x), self.mask)
+               for ref, x in zip(reference_logits, logits)]
+    return {"entropy": [attention.normalised_entropy(m, self.mask) for m in maps],
+            "logit_slope": [a["slope"] for a in aligned],
+            "logit_correlation": [a["correlation"] for a in aligned]}
 
   def features(self, params):
     return representations.pooled_features(self.model, params, self.sample)
@@ -235,6 +248,10 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
 
 
 HANDOFF_COLUMNS = ("band_mass", "mean_distance", "pr_loaded")
+# Per attention layer: the entropy of its maps, and its logits against the `spt` hand-off's (the
+# same inputs): their slope (the temperature a rescale set) and correlation (whether the pattern
+# survived the change of that layer's inputs).
+HANDOFF_LAYER_COLUMNS = ("entropy", "logit_slope", "logit_correlation")
 
 
 def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
@@ -259,21 +276,28 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
     phase = Phase(reference)
     config, _ = read_phase_config(reference)
     loaded = phase.params(reference, "init")
+    spt_logits = [np.asarray(x) for x in attention.attention_logits(phase.model, loaded,
+                                                                    phase.tokens)]
     # Today's init_from fields, the run's values where it has them (a run from before a field
-    # existed ran with its default).
+    # existed ran with its default), except the reference arm's own readout re-draw (a γ arm's),
+    # which the hand-off's columns do not see.
     fields = config_lib.phase_config("classification").init_from
     for key, value in config.finetune.init_from.items():
-      fields[key] = tuple(value) if isinstance(value, list) else value
+      if key != "gamma_ft":
+        fields[key] = tuple(value) if isinstance(value, list) else value
     for arm, scales in arms.items():
       arm_fields = copy.deepcopy(fields)
       sweep.apply_overrides(arm_fields, scales)
       params, _ = init_from.apply_scales(loaded, arm_fields, None, phase="finetune")
       per_arm[arm].append({**phase.proximity(params),
                            "pr_loaded": representations.participation_ratio(
-                               phase.features(params))})
+                               phase.features(params)),
+                           **phase.layers_against(params, spt_logits)})
+  stats = lambda values: (float(np.mean(values)), float(np.std(values)))
   rows = [{"arm": arm, "seeds": len(seeds),
-           **{k: (float(np.mean([s[k] for s in seeds])), float(np.std([s[k] for s in seeds])))
-              for k in HANDOFF_COLUMNS}}
+           **{k: stats([s[k] for s in seeds]) for k in HANDOFF_COLUMNS},
+           **{k: [stats(layer) for layer in zip(*(s[k] for s in seeds))]
+              for k in HANDOFF_LAYER_COLUMNS}}
           for arm, seeds in per_arm.items() if seeds]
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "handoff.json"), "w") as f:
@@ -282,9 +306,18 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
            f"`python scripts/init_scales_report.py --sweep={source} --handoff ...`; each arm's "
            f"init-scale settings applied to the `spt` arm's hand-off; mean ± std (ddof 0) over "
            f"seeds {tuple(sw.seeds)}. Proximity: the loaded attention, layer 0.", "",
-           "| arm | seeds | band mass | mean distance | PR loaded |", "|---|---|---|---|---|"]
+           "Per layer (0 / 1 / ...): the normalised entropy of its attention (1 uniform, 0 one "
+           "key); the least-squares slope of its row-centred logits on the `spt` hand-off's "
+           "(the factor a rescale put on that layer's logits) and their correlation (1: the "
+           "same pattern; lower where the layer's inputs changed).", "",
+           "| arm | seeds | band mass | mean distance | PR loaded | entropy per layer | "
+           "logit slope vs spt per layer | logit correlation with spt per layer |",
+           "|---|---|---|---|---|---|---|---|"]
+  per_layer = lambda values, digits: " / ".join(_pm(v, digits=digits) for v in values)
   lines += [f"| {r['arm']} | {r['seeds']} | {_pm(r['band_mass'], digits=3)} | "
-            f"{_pm(r['mean_distance'])} | {_pm(r['pr_loaded'])} |" for r in rows]
+            f"{_pm(r['mean_distance'])} | {_pm(r['pr_loaded'])} | "
+            f"{per_layer(r['entropy'], 2)} | {per_layer(r['logit_slope'], 2)} | "
+            f"{per_layer(r['logit_correlation'], 2)} |" for r in rows]
   with open(os.path.join(out, "handoff.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   return rows

@@ -3,6 +3,8 @@ import os
 import shutil
 
 import numpy as np
+import pytest
+from pytest import approx
 from conftest import ROOT, load_config, load_script, tiny
 
 from spt_jax import analysis, checkpoints, experiment, train
@@ -172,3 +174,40 @@ def test_ablation_zeroes_query_key_scores_and_reports_the_trainers_numbers(spt_r
     assert "encoder/nothing_here" in str(e)
   else:
     raise AssertionError("a pattern matching nothing must raise")
+
+
+def test_logit_alignment_reads_the_temperature_a_rescale_sets(spt_run):
+  """Scores equal up to a factor and a per-row constant (which the softmax ignores) give that
+  factor and correlation 1; padded keys are left out; unrelated scores correlate near 0. On a
+  pre-LN model, rescaling the whole encoder by c multiplies layer 0's logits by c⁴: the norm's
+  scale, W_Q and W_K each carry c (exactly without the biases, which add lower powers, and
+  without fixed position codes, which the rescale does not scale: with them the pattern changes
+  too, as the embedding's share of the normalised input does)."""
+  from spt_jax import surgery
+  rng = np.random.default_rng(0)
+  ref = rng.normal(size=(2, 3, L, L))
+  mask = np.arange(L)[None] < np.array([[L], [7]])
+  padded = lambda x: np.where(mask[:, None, None, :], x, np.finfo(np.float32).min)  # noqa: E731
+  scaled = 3.0 * ref + rng.normal(size=(2, 3, L, 1))
+  aligned = attention.logit_alignment(padded(ref), padded(scaled), mask)
+  assert aligned["slope"] == approx(3.0) and aligned["correlation"] == approx(1.0)
+  assert abs(attention.logit_alignment(ref, rng.normal(size=ref.shape))["correlation"]) < 0.1
+  with pytest.raises(ValueError, match="one shape"):
+    attention.logit_alignment(ref, ref[0])
+
+  run = os.path.join(spt_run[0], "finetune")
+  config, phase = analysis.read_phase_config(run)
+  task = tasks.load(config.data)
+  model = train.make_objective(config, phase, task).attention_model
+  params = checkpoints.restore_item(checkpoints.resolve_params_dir(run, "best"))
+  tokens = task.splits["val"]["inputs"][:4].astype(np.int32)
+  slope = lambda model, params: attention.logit_alignment(  # noqa: E731
+      np.asarray(attention.attention_logits(model, params, tokens)[0]),
+      np.asarray(attention.attention_logits(model, surgery.rescale(params, ["encoder"], 0.5),
+                                            tokens)[0]), tokens != 0)
+  bare = surgery.rescale(params, [r"encoder/layer_0/(norm_attention|attention/query)/bias"], 0.0)
+  aligned = slope(model.with_options(position="none"), bare)
+  assert aligned["slope"] == approx(0.5 ** 4, rel=1e-3)
+  assert aligned["correlation"] == approx(1.0, abs=1e-5)
+  with_codes = slope(model, params)  # c·embedding + fixed codes: the mix the norm sees changes
+  assert with_codes["correlation"] < 0.99 and 0 < with_codes["slope"] < 0.5 ** 2

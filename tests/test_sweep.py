@@ -78,6 +78,12 @@ def _init_scales_report(workdir):
   for key in ("band_mass", "mean_distance", "pr_loaded"):
     assert handoff["spt"][key][0] == pytest.approx(rows["spt"][key][0], rel=1e-6), key
   assert handoff["half"]["pr_loaded"][0] != pytest.approx(handoff["spt"]["pr_loaded"][0])
+  # Per layer, against spt's own logits: spt is the reference (slope and correlation 1); the
+  # encoder halved (attention × √1.5 on top) cools layer 0's softmax: slope ≈ 0.5⁴ · 1.5.
+  assert handoff["spt"]["logit_slope"][0][0] == pytest.approx(1.0, rel=1e-5)
+  assert handoff["spt"]["logit_correlation"][0][0] == pytest.approx(1.0, rel=1e-5)
+  assert 0.02 < handoff["half"]["logit_slope"][0][0] < 0.2
+  assert handoff["half"]["entropy"][0][0] > handoff["spt"]["entropy"][0][0]
   assert "| half | 1 |" in (out / "handoff.md").read_text()
   assert _load_script("init_scales_report").unscaled_arms(unrun) == ["spt", "gamma"]
   _init_scales_rows_outlive_checkpoints(workdir, rows)

@@ -122,6 +122,32 @@ def normalised_entropy(weights, mask=None) -> float:
   return float((entropy / np.log(np.maximum(keys, 2)))[rows].mean())
 
 
+def logit_alignment(reference, logits, mask=None) -> dict:
+  """How attention `logits` relate to `reference` logits on the same inputs (e.g. after and before
+  rescaling the parameters): the least-squares slope and the correlation of their scores, each
+  row centred over its real keys first, since the softmax ignores a row's constant. Slope a with
+  correlation near 1 means `logits` ≈ a × `reference` (the same pattern at temperature 1/a); a low
+  correlation means another pattern. [..., L, L] each (as `attention_logits` gives them); mask as
+  in `proximity_metrics`."""
+  ref, new = np.asarray(reference, np.float64), np.asarray(logits, np.float64)
+  if ref.shape != new.shape:
+    raise ValueError(f"logit_alignment needs logits of one shape, got {ref.shape} and {new.shape}.")
+  length = ref.shape[-1]
+  if mask is None:
+    mask = np.ones(ref.shape[:1] + (length,) if ref.ndim > 2 else (length,), bool)
+  mask = np.asarray(mask)
+  if ref.ndim > 2:
+    mask = mask.reshape(mask.shape[:1] + (1,) * (ref.ndim - 3) + (length,))
+  keys = np.broadcast_to(mask[..., None, :], ref.shape)
+  pairs = keys & np.broadcast_to(mask[..., :, None], ref.shape)
+  centre = lambda x: np.where(keys, x - (np.where(keys, x, 0).sum(-1, keepdims=True)
+                                         / np.maximum(keys.sum(-1, keepdims=True), 1)), 0)
+  ref, new = centre(ref)[pairs], centre(new)[pairs]
+  ref_sq, new_sq, cross = (ref * ref).sum(), (new * new).sum(), (ref * new).sum()
+  return {"slope": float(cross / max(ref_sq, 1e-300)),
+          "correlation": float(cross / max(np.sqrt(ref_sq * new_sq), 1e-300))}
+
+
 def position_interaction(params, layer: int, codes: np.ndarray) -> np.ndarray:
   """(P W_Q)(P W_K)ᵀ / √d_head per head, [H, L, L], for additive position codes P [L, D] (as in the
   paper).
