@@ -419,6 +419,10 @@ def test_init_scale_sweeps_load_and_pathfinder_shares_the_plateau_studys_spt_run
     assert capped.pop("finetune.stop_on_plateau.patience") == 0
     assert ruled.pop("finetune.stop_on_plateau.patience") > 0
     assert capped == ruled
+  # Pathfinder's smaller fine-tuning sets count patience only once validation has left chance.
+  after = {n: dict(o).get("finetune.stop_on_plateau.after_passing")
+           for n, o in map(sweep.parse_run, sw.runs[1:])}
+  assert set(after.values()) == ({0.55} if arg == "pathfinder,data" else {None}), after
   with pytest.raises(ValueError, match="takes 'task\\[,variant\\]'"):
     config_lib.load_config("configs/sweeps/init_scales.py:cpu")
 

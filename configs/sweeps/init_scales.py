@@ -26,7 +26,9 @@ Arms (`scales`, the default):
                     `spt` it is the same run bit for bit, elsewhere it measures the host's drift
 Arms (`data`): data{10,30}_spt and data{10,30}_gamma_{0,0.1,1}, fine-tuned on 10% and 30% of the
 training split (a seeded subset, `train_examples`): the theory places γ_FT's benefit at intermediate
-sample sizes (100% is the `scales` sweep).
+sample sizes (100% is the `scales` sweep). On Pathfinder their plateau rule counts patience only
+once validation has passed 0.55 (the plateau study's `after_passing`, decided before their runs),
+so a run still at chance trains on to the cap in one run.
 
 Budgets: Pathfinder's are the plateau study's (fine-tuning to its plateau, cap 10,000 steps);
 the synthetic task's fine-tuning runs to a plateau too (cap 6,000 steps, validation every 250,
@@ -66,14 +68,18 @@ def _arms(task: str, variant: str) -> list[str]:
     plateau = _lra_plateau()
     spt, finetune = f"{plateau.pretrain(task)} {plateau.finetune(task)}", plateau.finetune(task)
     cap = plateau.finetune(task, plateau=False)
+    # The smaller fine-tuning sets may sit at chance for longer: their rule counts patience only
+    # once validation has left chance, so no run of theirs needs a second run to the cap.
+    smaller = plateau.finetune(task, after_passing=True)
   else:
-    spt = finetune = SYNTHETIC_FINETUNE
+    spt = finetune = smaller = SYNTHETIC_FINETUNE
     cap = SYNTHETIC_FINETUNE.replace("stop_on_plateau.patience=8", "stop_on_plateau.patience=0")
   from_spt = (f"phases=finetune finetune.init_from.source={{workdir}}/spt/seed_{{seed}}/pretrain "
               f"{finetune}")
   gammas = {f"gamma_{g:g}": f"finetune.init_from.gamma_ft={g}" for g in GAMMAS}
   if variant == "data":
     arms = [f"spt: {spt}"]
+    from_spt = from_spt.replace(finetune, smaller)
     for fraction in DATA_FRACTIONS:
       n, prefix = int(fraction * TRAIN_SIZE[task]), f"data{round(100 * fraction)}"
       arms.append(f"{prefix}_spt: {from_spt} finetune.train_examples={n}")
