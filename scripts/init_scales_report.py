@@ -289,7 +289,7 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
       arm_fields = copy.deepcopy(fields)
       sweep.apply_overrides(arm_fields, scales)
       params, _ = init_from.apply_scales(loaded, arm_fields, None, phase="finetune")
-      per_arm[arm].append({**phase.proximity(params),
+      per_arm[arm].append({"seed": seed, **phase.proximity(params),
                            "pr_loaded": representations.participation_ratio(
                                phase.features(params)),
                            **phase.layers_against(params, spt_logits)})
@@ -297,7 +297,8 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
   rows = [{"arm": arm, "seeds": len(seeds),
            **{k: stats([s[k] for s in seeds]) for k in HANDOFF_COLUMNS},
            **{k: [stats(layer) for layer in zip(*(s[k] for s in seeds))]
-              for k in HANDOFF_LAYER_COLUMNS}}
+              for k in HANDOFF_LAYER_COLUMNS},
+           "per_seed": seeds}
           for arm, seeds in per_arm.items() if seeds]
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "handoff.json"), "w") as f:

@@ -84,6 +84,7 @@ def _init_scales_report(workdir):
   assert handoff["spt"]["logit_correlation"][0][0] == pytest.approx(1.0, rel=1e-5)
   assert 0.02 < handoff["half"]["logit_slope"][0][0] < 0.2
   assert handoff["half"]["entropy"][0][0] > handoff["spt"]["entropy"][0][0]
+  assert [s["seed"] for s in handoff["half"]["per_seed"]] == [0]
   assert "| half | 1 |" in (out / "handoff.md").read_text()
   assert _load_script("init_scales_report").unscaled_arms(unrun) == ["spt", "gamma"]
   _init_scales_rows_outlive_checkpoints(workdir, rows)
