@@ -104,18 +104,25 @@ def proximity_metrics(weights, mask=None, band: float = 1, grid_width: int = 0
           "diagonality": 1.0 - mean_distance / jnp.maximum(uniform, 1e-9)}
 
 
+def _query_mask(shape, mask) -> np.ndarray:
+  """`mask` ([B, L] for maps [B, (H,) L, L], [L] for one [L, L] map; None: all real) shaped to
+  broadcast over the maps' query rows."""
+  length = shape[-1]
+  if mask is None:
+    mask = np.ones(shape[:1] + (length,) if len(shape) > 2 else (length,), bool)
+  mask = np.asarray(mask)
+  if len(shape) > 2:
+    mask = mask.reshape(mask.shape[:1] + (1,) * (len(shape) - 3) + (length,))
+  return mask
+
+
 def normalised_entropy(weights, mask=None) -> float:
   """Mean over real query rows of the attention's entropy ÷ log(the row's real keys): 1 for uniform
   attention, 0 for attention to one key. Proximity metrics cannot tell uniform attention from sharp
   attention to distant keys (both have a uniform-like band mass and mean distance); this can.
   weights [..., L, L]; mask as in `proximity_metrics`."""
   weights = np.asarray(weights, np.float64)
-  length = weights.shape[-1]
-  if mask is None:
-    mask = np.ones(weights.shape[:1] + (length,) if weights.ndim > 2 else (length,), bool)
-  mask = np.asarray(mask)
-  if weights.ndim > 2:
-    mask = mask.reshape(mask.shape[:1] + (1,) * (weights.ndim - 3) + (length,))
+  mask = _query_mask(weights.shape, mask)
   keys = np.broadcast_to(mask[..., None, :], weights.shape).sum(-1)
   entropy = -(weights * np.log(np.maximum(weights, 1e-30))).sum(-1)
   rows = np.broadcast_to(mask, weights.shape[:-1]) & (keys > 1)
@@ -132,12 +139,7 @@ def logit_alignment(reference, logits, mask=None) -> dict:
   ref, new = np.asarray(reference, np.float64), np.asarray(logits, np.float64)
   if ref.shape != new.shape:
     raise ValueError(f"logit_alignment needs logits of one shape, got {ref.shape} and {new.shape}.")
-  length = ref.shape[-1]
-  if mask is None:
-    mask = np.ones(ref.shape[:1] + (length,) if ref.ndim > 2 else (length,), bool)
-  mask = np.asarray(mask)
-  if ref.ndim > 2:
-    mask = mask.reshape(mask.shape[:1] + (1,) * (ref.ndim - 3) + (length,))
+  mask = _query_mask(ref.shape, mask)
   keys = np.broadcast_to(mask[..., None, :], ref.shape)
   pairs = keys & np.broadcast_to(mask[..., :, None], ref.shape)
   centre = lambda x: np.where(keys, x - (np.where(keys, x, 0).sum(-1, keepdims=True)
