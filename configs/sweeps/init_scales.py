@@ -28,7 +28,8 @@ Arms (`data`): data{10,30}_spt and data{10,30}_gamma_{0,0.1,1}, fine-tuned on 10
 training split (a seeded subset, `train_examples`): the theory places γ_FT's benefit at intermediate
 sample sizes (100% is the `scales` sweep). On Pathfinder their plateau rule counts patience only
 once validation has passed 0.55 (the plateau study's `after_passing`, decided before their runs),
-so a run still at chance trains on to the cap in one run.
+so a run still at chance trains on to the cap in one run. γ = 0.1 and γ = 1, which prediction 5
+compares, run first.
 
 Budgets: Pathfinder's are the plateau study's (fine-tuning to its plateau, cap 10,000 steps);
 the synthetic task's fine-tuning runs to a plateau too (cap 6,000 steps, validation every 250,
@@ -78,13 +79,17 @@ def _arms(task: str, variant: str) -> list[str]:
               f"{finetune}")
   gammas = {f"gamma_{g:g}": f"finetune.init_from.gamma_ft={g}" for g in GAMMAS}
   if variant == "data":
-    arms = [f"spt: {spt}"]
     from_spt = from_spt.replace(finetune, smaller)
-    for fraction in DATA_FRACTIONS:
-      n, prefix = int(fraction * TRAIN_SIZE[task]), f"data{round(100 * fraction)}"
-      arms.append(f"{prefix}_spt: {from_spt} finetune.train_examples={n}")
-      arms += [f"{prefix}_{name}: {from_spt} {knob} finetune.train_examples={n}"
-               for name, knob in gammas.items()]
+    knobs = {"spt": ""} | gammas
+    # The arms prediction 5 compares (γ = 0.1 against γ = 1) first, so that its verdict comes
+    # before the other arms' runs.
+    order = ["gamma_0.1", "gamma_1"] + [k for k in knobs if k not in ("gamma_0.1", "gamma_1")]
+    arms = [f"spt: {spt}"]
+    for group in (order[:2], order[2:]):
+      for fraction in DATA_FRACTIONS:
+        n, prefix = int(fraction * TRAIN_SIZE[task]), f"data{round(100 * fraction)}"
+        arms += [f"{prefix}_{name}: " + " ".join(filter(None, (
+            from_spt, knobs[name], f"finetune.train_examples={n}"))) for name in group]
     return arms
   knobs = ({name: knob for name, knob in gammas.items()}
            | {f"lambda_{lam:g}": f"finetune.init_from.relative_scale={lam}" for lam in LAMBDAS}
