@@ -18,7 +18,9 @@ diagonal networks to Transformers"): per arm, mean ± std over the seeds of
       --workdir=~/spt_runs/init_scales --out=docs/results/init_scales/synthetic
 
 Writes `<out>/table.md`, `<out>/rows.json` and `<out>/summary.png`; an arm's seeds that have not
-finished are left out, and the table says how many each arm has. The measured columns need a run's
+finished are left out, and the table says how many each arm has. `<out>/runs.json` lists every run
+that reached the threshold with its measured columns, and the table's last line says whether they
+order the accuracy across runs (Spearman's ρ with ENSD, PR tuned and the change in PR). The measured columns need a run's
 hand-off and best checkpoints; each run's are kept in its `finetune/init_scales_row.json` (which
 `scripts/run_records.py` saves), so they outlive the checkpoints: run the report while they exist
 (`scripts/lra_plateau_study.sh` does after each init-scale sweep). ENSD's pretrained
@@ -224,7 +226,7 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
     for arm in arms:
       row = seed_row(workdir, arm, seed, phase, pretrained, reference, sw.steps_to)
       if row is not None:
-        per_arm[arm].append(row)
+        per_arm[arm].append({"seed": seed, **row})
   rows = []
   for arm, seeds in per_arm.items():
     if not seeds:
@@ -242,9 +244,34 @@ def report(sw, workdir: str, out: str, source: str) -> list[dict]:
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "rows.json"), "w") as f:
     json.dump(rows, f, indent=2)
-  write_table(rows, sw, source, os.path.join(out, "table.md"))
+  across = across_runs(per_arm)
+  with open(os.path.join(out, "runs.json"), "w") as f:
+    json.dump(across, f, indent=2)
+  write_table(rows, sw, source, os.path.join(out, "table.md"), across)
   draw(rows, sw.title, os.path.join(out, "summary.png"), sw.steps_to)
   return rows
+
+
+def across_runs(per_arm) -> dict:
+  """Every run that reached the threshold, whatever its arm, with its measured columns: does the
+  representation's signature order the accuracy? Spearman's ρ (and p) of test accuracy with
+  ENSD, PR tuned and PR tuned − PR loaded, and in how many runs PR fell."""
+  from scipy import stats  # a dependency of jax
+  runs = [{"arm": arm, **{k: s[k] for k in ("seed", "test_accuracy", "pr_loaded", "pr_tuned",
+                                              "ensd")}}
+          for arm, seeds in per_arm.items() for s in seeds
+          if s["steps_to"] is not None and all(k in s for k in ("pr_loaded", "pr_tuned", "ensd"))]
+  for r in runs:
+    r["pr_change"] = r["pr_tuned"] - r["pr_loaded"]
+  spearman = {}
+  if len(runs) >= 3:
+    accuracy = [r["test_accuracy"] for r in runs]
+    for key in ("ensd", "pr_tuned", "pr_change"):
+      values = [r[key] for r in runs]
+      if len(set(accuracy)) > 1 and len(set(values)) > 1:  # else ρ is undefined
+        rho, p = stats.spearmanr(accuracy, values)
+        spearman[key] = {"rho": float(rho), "p": float(p)}
+  return {"runs": runs, "pr_fell": sum(r["pr_change"] < 0 for r in runs), "spearman": spearman}
 
 
 HANDOFF_COLUMNS = ("band_mass", "mean_distance", "pr_loaded")
@@ -332,7 +359,7 @@ def _pm(value, scale=1.0, digits=2, seeds=None):
   return text if seeds is None or len(value) < 3 or value[2] == seeds else f"{text} ({value[2]})"
 
 
-def write_table(rows, sw, source: str, path: str) -> None:
+def write_table(rows, sw, source: str, path: str, across: dict | None = None) -> None:
   lines = [f"# {sw.title}", "",
            f"`python scripts/init_scales_report.py --sweep={source} ...`; mean ± std (ddof 0, "
            f"as the sweep's tables) over seeds {tuple(sw.seeds)}. Proximity: the loaded "
@@ -353,6 +380,13 @@ def write_table(rows, sw, source: str, path: str) -> None:
                  f"{_pm(r['band_mass'], digits=3, seeds=n)} | {_pm(r['mean_distance'], seeds=n)} | "
                  f"{_pm(r['pr_loaded'], seeds=n)} | {_pm(r['pr_tuned'], seeds=n)} | "
                  f"{_pm(r['ensd'], seeds=n)} |")
+  if across and across["runs"]:
+    rho = lambda key: (f"{across['spearman'][key]['rho']:.2f} (p {across['spearman'][key]['p']:.2f})"
+                       if key in across["spearman"] else "undefined (a constant column)")
+    lines += ["", f"Across the {len(across['runs'])} runs that reached {sw.steps_to:.0%} "
+              f"validation (every arm and seed; `runs.json`): Spearman's ρ of test accuracy with "
+              f"ENSD {rho('ensd')}, with PR tuned {rho('pr_tuned')}, with PR tuned − PR loaded "
+              f"{rho('pr_change')}; PR fell in {across['pr_fell']} of them."]
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 

@@ -64,6 +64,7 @@ def _init_scales_report(workdir):
   assert 0 < spt["ensd"] <= (spt["pr_loaded"] * spt["pr_tuned"]) ** 0.5 + 1e-6  # Cauchy-Schwarz
   assert "| from_spt | 1 |" in (out / "table.md").read_text()
   assert (out / "summary.png").stat().st_size > 0
+  assert set(sweep.json.load(open(out / "runs.json"))) == {"runs", "pr_fell", "spearman"}
   # --handoff: the arms' hand-offs made from spt's, before any of their runs exists. Its spt row
   # is the finished run's; a γ arm (readout only) is left out, a rescaled arm is in.
   unrun = config_lib.sweep_config(
@@ -481,3 +482,19 @@ def test_plateau_study_learning_rate_stage_gives_both_arms_the_same_grid():
   with pytest.raises(ValueError, match="Pathfinder only"):
     config_lib.load_config("configs/sweeps/lra_plateau.py:listops,lr")
 
+
+
+def test_init_scales_report_asks_whether_the_signature_orders_accuracy_across_runs():
+  """Runs that reached the threshold, of any arm, enter; one that never did is left out; ρ is the
+  rank correlation of accuracy with each signature, and PR's falls are counted."""
+  script = _load_script("init_scales_report")
+  run = lambda steps, acc, pr_tuned, ensd: dict(  # noqa: E731
+      seed=0, steps_to=steps, test_accuracy=acc, pr_loaded=2.0, pr_tuned=pr_tuned, ensd=ensd)
+  across = script.across_runs({"a": [run(500, 0.7, 1.0, 0.3), run(750, 0.8, 3.0, 0.2)],
+                               "b": [run(None, 0.5, 9.0, 9.0), run(250, 0.9, 4.0, 0.1)]})
+  assert [(r["arm"], r["test_accuracy"]) for r in across["runs"]] == [
+      ("a", 0.7), ("a", 0.8), ("b", 0.9)]
+  assert across["spearman"]["pr_tuned"]["rho"] == pytest.approx(1.0)
+  assert across["spearman"]["pr_change"]["rho"] == pytest.approx(1.0)
+  assert across["spearman"]["ensd"]["rho"] == pytest.approx(-1.0)
+  assert across["pr_fell"] == 1
