@@ -29,7 +29,7 @@ training split (a seeded subset, `train_examples`): the theory places γ_FT's be
 sample sizes (100% is the `scales` sweep). On Pathfinder their plateau rule counts patience only
 once validation has passed 0.55 (the plateau study's `after_passing`, decided before their runs),
 so a run still at chance trains on to the cap in one run. γ = 0.1 and γ = 1, which prediction 5
-compares, run first.
+compares, run first, then γ = 0, then the model's own readout.
 
 Budgets: Pathfinder's are the plateau study's (fine-tuning to its plateau, cap 10,000 steps);
 the synthetic task's fine-tuning runs to a plateau too (cap 6,000 steps, validation every 250,
@@ -82,10 +82,9 @@ def _arms(task: str, variant: str) -> list[str]:
     from_spt = from_spt.replace(finetune, smaller)
     knobs = {"spt": ""} | gammas
     # The arms prediction 5 compares (γ = 0.1 against γ = 1) first, so that its verdict comes
-    # before the other arms' runs.
-    order = ["gamma_0.1", "gamma_1"] + [k for k in knobs if k not in ("gamma_0.1", "gamma_1")]
+    # before the other arms' runs; then the rest of the theory's γ, then the model's own readout.
     arms = [f"spt: {spt}"]
-    for group in (order[:2], order[2:]):
+    for group in (("gamma_0.1", "gamma_1"), ("gamma_0",), ("spt",)):
       for fraction in DATA_FRACTIONS:
         n, prefix = int(fraction * TRAIN_SIZE[task]), f"data{round(100 * fraction)}"
         arms += [f"{prefix}_{name}: " + " ".join(filter(None, (
