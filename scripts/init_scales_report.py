@@ -87,9 +87,12 @@ class Phase:
   def params(self, run: str, checkpoint: str):
     return checkpoints.restore_item(checkpoints.resolve_params_dir(run, checkpoint))
 
-  def proximity(self, params) -> dict:
-    """Layer 0's attention, all heads: band mass and mean distance (on the grid for images)."""
-    maps = np.asarray(attention.attention_maps(self.model, params, self.tokens)[0])
+  def proximity(self, params, maps=None) -> dict:
+    """Layer 0's attention, all heads: band mass and mean distance (on the grid for images);
+    `maps`: the per-layer maps of `params`, where already computed."""
+    if maps is None:
+      maps = attention.attention_maps(self.model, params, self.tokens)
+    maps = np.asarray(maps[0])
     if self.grid:
       m = attention.proximity_metrics(maps, self.mask, attention.GRID_BAND, grid_width=self.grid)
     else:
@@ -97,13 +100,15 @@ class Phase:
     return {"band_mass": float(m["band_mass"]), "mean_distance": float(m["mean_distance"])}
 
   def layers_against(self, params, reference_logits) -> dict:
-    """Per layer: the attention's normalised entropy, and the slope and correlation of its
-    logits against `reference_logits` (another parameter set's, on these tokens)."""
+    """Layer 0's proximity, and per layer the attention's normalised entropy and the slope and
+    correlation of its logits against `reference_logits` (another parameter set's, on these
+    tokens)."""
     maps = attention.attention_maps(self.model, params, self.tokens)
     logits = attention.attention_logits(self.model, params, self.tokens)
     aligned = [attention.logit_alignment(ref, np.asarray(x), self.mask)
                for ref, x in zip(reference_logits, logits)]
-    return {"entropy": [attention.normalised_entropy(m, self.mask) for m in maps],
+    return {**self.proximity(params, maps),
+            "entropy": [attention.normalised_entropy(m, self.mask) for m in maps],
             "logit_slope": [a["slope"] for a in aligned],
             "logit_correlation": [a["correlation"] for a in aligned]}
 
@@ -316,10 +321,9 @@ def handoff(sw, workdir: str, out: str, source: str) -> list[dict]:
       arm_fields = copy.deepcopy(fields)
       sweep.apply_overrides(arm_fields, scales)
       params, _ = init_from.apply_scales(loaded, arm_fields, None, phase="finetune")
-      per_arm[arm].append({"seed": seed, **phase.proximity(params),
+      per_arm[arm].append({"seed": seed, **phase.layers_against(params, spt_logits),
                            "pr_loaded": representations.participation_ratio(
-                               phase.features(params)),
-                           **phase.layers_against(params, spt_logits)})
+                               phase.features(params))})
   stats = lambda values: (float(np.mean(values)), float(np.std(values)))
   rows = [{"arm": arm, "seeds": len(seeds),
            **{k: stats([s[k] for s in seeds]) for k in HANDOFF_COLUMNS},
