@@ -90,7 +90,7 @@ def _arms(task: str, variant: str) -> list[str]:
         arms += [f"{prefix}_{name}: " + " ".join(filter(None, (
             from_spt, knobs[name], f"finetune.train_examples={n}"))) for name in group]
     return arms
-  knobs = ({name: knob for name, knob in gammas.items()}
+  knobs = (gammas
            | {f"lambda_{lam:g}": f"finetune.init_from.relative_scale={lam}" for lam in LAMBDAS}
            | {f"c_{c:g}": f"finetune.init_from.rescale={c} finetune.init_from.rescale_paths=encoder"
               for c in ABSOLUTE})
