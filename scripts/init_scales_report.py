@@ -29,6 +29,11 @@ records) that of another arm whose loaded encoder is the same (`unscaled_arms`: 
 or where none of those remains the SPT checkpoint itself (the records keep it), loaded as a
 rescaled arm's fine-tuning loaded it but without the rescale: the same encoder.
 
+With `--full_data=<the scales sweep's rows.json>` on a `data` sweep it also draws
+`<out>/by_data_size.png`: test accuracy, PR tuned and ENSD against the readout's scale (γ_FT, and
+the model's own readout at its initialisation's std), one line per fine-tuning set size, the
+scales sweep's arms giving 100%.
+
 With `--handoff` it reads only the `spt` arm's hand-off and applies each arm's init-scale settings
 to it (`spt_jax.init_from.apply_scales`, what the arm's fine-tuning would start from): the band
 mass, mean distance and PR at the hand-off of every arm before any of its runs exists, so that a
@@ -43,6 +48,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -425,6 +431,63 @@ def draw(rows, title: str, path: str, threshold: float) -> None:
   plots.plt.close(fig)
 
 
+DATA_ARM = re.compile(r"^data(\d+)_(.+)$")  # a data-size arm: data<percent>_<readout arm>
+OWN_READOUT = "spt"  # the arm whose readout is the model's own initialisation
+
+
+def by_data_size(rows, full_rows=()) -> dict:
+  """{readout arm: {percent of the training split: row}} over a `data` sweep's rows; an arm
+  without the data prefix (its `spt`, and `full_rows`, the scales sweep's) is the whole split."""
+  table = {}
+  for row in rows:
+    match = DATA_ARM.match(row["arm"])
+    if match:
+      table.setdefault(match[2], {})[int(match[1])] = row
+  for row in list(rows) + list(full_rows):
+    if row["arm"] in table:
+      table[row["arm"]].setdefault(100, row)
+  return table
+
+
+def readout_std(arm: str, model) -> float | None:
+  """The std the readout of `arm` starts from: γ_FT, or for the model's own (a linear head,
+  `nn.Dense`'s LeCun normal) 1/√d_model; None where neither applies."""
+  if arm.startswith("gamma_"):
+    return float(arm[len("gamma_"):])
+  if arm == OWN_READOUT and model.classifier == "linear":
+    return float(model.d_model) ** -0.5
+  return None
+
+
+def draw_by_data_size(table: dict, model, title: str, path: str) -> None:
+  """The readouts ordered by their starting std on a categorical axis, one line per data size."""
+  stds = {arm: readout_std(arm, model) for arm in table}
+  arms = sorted((a for a in table if stds[a] is not None), key=lambda a: stds[a])
+  labels = [f"own\n({stds[a]:.3g})" if a == OWN_READOUT else f"γ={stds[a]:g}" for a in arms]
+  sizes = sorted({p for arm in arms for p in table[arm]})
+  panels = (("test_accuracy", "test accuracy (%)", 100), ("pr_tuned", "PR after fine-tuning", 1),
+            ("ensd", "ENSD(pretrained, tuned)", 1))
+  fig, axes = plots.plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+  for ax, (key, label, scale) in zip(axes, panels):
+    for size in sizes:
+      # A readout not measured at this size (its checkpoints gone) is a gap in the line, not a
+      # segment drawn across it.
+      values = [table[a][size].get(key) if size in table[a] else None for a in arms]
+      values = np.asarray([(v[0], v[1]) if v is not None else (np.nan, np.nan) for v in values])
+      ax.errorbar(range(len(arms)), scale * values[:, 0], yerr=scale * values[:, 1], marker="o",
+                  capsize=3, label=f"{size}% of the training split")
+    ax.set_xticks(range(len(arms)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xlabel("readout at the hand-off (std)", fontsize=8)
+    ax.set_title(label, fontsize=9)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7)
+  fig.suptitle(f"{title}: by fine-tuning set size (mean ± std over seeds)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plots.plt.close(fig)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--sweep", required=True, help="configs/sweeps/init_scales.py:<task>[,data]")
@@ -432,7 +495,11 @@ def main(argv=None) -> None:
   parser.add_argument("--out", required=True)
   parser.add_argument("--handoff", action="store_true",
                       help="only each arm's hand-off, made from the spt arm's (no arm run needed)")
+  parser.add_argument("--full_data", default=None,
+                      help="a data sweep only: the scales sweep's rows.json, for by_data_size.png")
   args = parser.parse_args(argv)
+  if args.full_data and not os.path.isfile(args.full_data):
+    raise SystemExit(f"--full_data={args.full_data}: no such file (the scales sweep's rows.json).")
   if args.handoff:
     rows = handoff(config_lib.load_config(args.sweep), os.path.expanduser(args.workdir), args.out,
                    args.sweep)
@@ -440,11 +507,19 @@ def main(argv=None) -> None:
     if not rows:
       raise SystemExit(f"{args.workdir}: no finished spt run of {args.sweep} yet.")
     return
-  rows = report(config_lib.load_config(args.sweep), os.path.expanduser(args.workdir), args.out,
-                args.sweep)
+  sw = config_lib.load_config(args.sweep)
+  rows = report(sw, os.path.expanduser(args.workdir), args.out, args.sweep)
   print(open(os.path.join(args.out, "table.md")).read())
   if not rows:
     raise SystemExit(f"{args.workdir}: no finished run of {args.sweep} yet.")
+  if args.full_data:
+    with open(args.full_data) as f:
+      table = by_data_size(rows, json.load(f))
+    if not table:
+      raise SystemExit(f"--full_data: {args.sweep} has no data-size arms (data<percent>_<arm>).")
+    path = os.path.join(args.out, "by_data_size.png")
+    draw_by_data_size(table, config_lib.load_config(sw.base).model, sw.title, path)
+    print(f"Wrote {path}")
 
 
 if __name__ == "__main__":

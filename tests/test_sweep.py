@@ -498,3 +498,26 @@ def test_init_scales_report_asks_whether_the_signature_orders_accuracy_across_ru
   assert across["spearman"]["pr_change"]["rho"] == pytest.approx(1.0)
   assert across["spearman"]["ensd"]["rho"] == pytest.approx(-1.0)
   assert across["pr_fell"] == 1
+
+
+def test_init_scales_report_groups_data_size_arms_by_readout_and_draws_them(tmp_path):
+  """data<percent>_<arm> rows go under their readout arm at that percentage; an unprefixed arm (the
+  data sweep's own, else the scales sweep's) is the whole split; the own readout sits at LeCun's
+  1/√d_model among the γ values, and a readout missing a column leaves a gap, not an error."""
+  script = _load_script("init_scales_report")
+  row = lambda arm, acc, ensd=None: dict(arm=arm, test_accuracy=(acc, 0.01, 3), ensd=ensd,  # noqa: E731
+                                         pr_tuned=None)
+  data = [row("spt", 0.78), row("data10_gamma_0.1", 0.61, (0.3, 0.1, 3)), row("data10_spt", 0.60),
+          row("data30_gamma_0.1", 0.72)]
+  scales = [row("spt", 0.0), row("gamma_0.1", 0.78, (0.5, 0.1, 3)), row("lambda_0.5", 0.74)]
+  table = script.by_data_size(data, scales)
+  assert {arm: {p: r["test_accuracy"][0] for p, r in sizes.items()}
+          for arm, sizes in table.items()} == {"gamma_0.1": {10: 0.61, 30: 0.72, 100: 0.78},
+                                               "spt": {10: 0.60, 100: 0.78}}
+  model = config_lib.load_config("configs/pathfinder_spt.py:cpu").model
+  assert script.readout_std("spt", model) == pytest.approx(1 / 8)
+  assert script.readout_std("gamma_0.1", model) == 0.1
+  assert script.readout_std("lambda_0.5", model) is None
+  path = tmp_path / "by_data_size.png"
+  script.draw_by_data_size(table, model, "t", str(path))
+  assert path.stat().st_size > 10_000
