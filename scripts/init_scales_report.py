@@ -508,6 +508,8 @@ def main(argv=None) -> None:
       raise SystemExit(f"{args.workdir}: no finished spt run of {args.sweep} yet.")
     return
   sw = config_lib.load_config(args.sweep)
+  if args.full_data and not any(DATA_ARM.match(sweep.parse_run(r)[0]) for r in sw.runs):
+    raise SystemExit(f"--full_data: {args.sweep} has no data-size arms (data<percent>_<arm>).")
   rows = report(sw, os.path.expanduser(args.workdir), args.out, args.sweep)
   print(open(os.path.join(args.out, "table.md")).read())
   if not rows:
@@ -515,8 +517,6 @@ def main(argv=None) -> None:
   if args.full_data:
     with open(args.full_data) as f:
       table = by_data_size(rows, json.load(f))
-    if not table:
-      raise SystemExit(f"--full_data: {args.sweep} has no data-size arms (data<percent>_<arm>).")
     path = os.path.join(args.out, "by_data_size.png")
     draw_by_data_size(table, config_lib.load_config(sw.base).model, sw.title, path)
     print(f"Wrote {path}")
